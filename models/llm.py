@@ -1,0 +1,245 @@
+"""The local language model through llama-cpp-python, with the GGUF's own chat template.
+
+`LanguageModel` renders OpenAI-shaped messages with the template stored in the GGUF, counts the
+rendered prompt's tokens exactly (`count`) and per message (`count_message`, cached, so fitting
+measures each message once), and streams replies (`stream`) that can be cancelled from another
+thread. Every reply reports how much of the prompt llama.cpp reused from its KV cache: a prompt
+that extends the previous one costs only its new tokens.
+
+Templates that know no tools (SmolLM2's ChatML among them) get tool exchanges as plain text: the
+call becomes a line in the assistant's message and the results a user-role message, which keeps
+strict templates' role alternation intact.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool_call_id
+
+# Fixed system message used to measure a lone non-system message: the template renders the pair,
+# and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
+_STUB_SYSTEM = {"role": "system", "content": "."}
+
+
+class ContextOverflow(ValueError):
+    """A prompt longer than the model's context window."""
+
+
+@dataclass
+class ReplyStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache
+    evaluated_tokens: int = 0  # prompt tokens the model had to process
+    completion_tokens: int = 0
+    ttft_s: float = 0.0  # time to the first token
+    total_s: float = 0.0
+    finish_reason: str = ""  # "stop", "length" or "cancelled"
+
+
+@dataclass
+class ReplyStream:
+    """Iterate for text pieces as they are generated; `cancel()` from any thread stops it."""
+
+    _pieces: Iterator[str]
+    stats: ReplyStats = field(default_factory=ReplyStats)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def text(self) -> str:
+        """Consume the whole stream and return the reply."""
+        return "".join(self)
+
+
+def tool_call_text(call: dict) -> str:
+    function = call.get("function") or {}
+    return f"[tool call {call.get('id', '')}: {function.get('name', '')}({function.get('arguments', '')})]"
+
+
+def as_plain_text(messages: list[Message]) -> list[Message]:
+    """Tool exchanges rewritten as ordinary turns, for templates that cannot express tools.
+
+    Consecutive tool results (parallel calls) become one user-role message.
+    """
+    plain: list[Message] = []
+    for message in messages:
+        role, content = message.get("role"), message.get("content") or ""
+        if role == "assistant" and message.get("tool_calls"):
+            calls = "\n".join(tool_call_text(call) for call in message["tool_calls"])
+            plain.append({"role": "assistant", "content": f"{content}\n{calls}".strip()})
+        elif role == "tool":
+            result = f"[tool result {message.get('tool_call_id', '')}]\n{content}"
+            if plain and plain[-1].get("_tool_results"):
+                plain[-1]["content"] += "\n\n" + result
+            else:
+                plain.append({"role": "user", "content": result, "_tool_results": True})
+        else:
+            plain.append({"role": role, "content": content})
+    for message in plain:
+        message.pop("_tool_results", None)
+    return plain
+
+
+def _raise(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+class LanguageModel:
+    """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
+
+    def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0):
+        from llama_cpp import Llama
+
+        self.path = Path(model_path)
+        self.context = context
+        self._llm = Llama(
+            model_path=str(self.path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
+            seed=seed, verbose=False,
+        )
+        metadata = self._llm.metadata
+        source = metadata.get("tokenizer.chat_template")
+        if not source:
+            raise ValueError(f"{self.path} has no chat template in its metadata")
+        self._template = ImmutableSandboxedEnvironment(
+            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True
+        ).from_string(source)
+        self.knows_tools = "tool_calls" in source
+        vocab_token = lambda key: self._llm.detokenize([int(metadata[key])], special=True).decode(
+            "utf-8", "replace") if key in metadata else ""
+        self._bos_text = vocab_token("tokenizer.ggml.bos_token_id")
+        self._eos_text = vocab_token("tokenizer.ggml.eos_token_id")
+        self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
+        self._lock = threading.Lock()
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._stub_tokens = len(self._tokenize(self._render([_STUB_SYSTEM], generation_prompt=False)))
+        self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([], generation_prompt=True)))
+
+    # Rendering and counting -------------------------------------------------------------------
+    def _render(self, messages: list[Message], generation_prompt: bool) -> str:
+        if not self.knows_tools:
+            messages = as_plain_text(messages)
+        else:
+            messages = [{**m, "content": m.get("content") or ""} for m in messages]
+        return self._template.render(
+            messages=messages, add_generation_prompt=generation_prompt, bos_token=self._bos_text,
+            eos_token=self._eos_text, raise_exception=_raise,
+        )
+
+    def _tokenize(self, text: str) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def render(self, messages: list[Message]) -> str:
+        """The prompt text for `messages`, ending where the assistant's reply begins."""
+        return self._render(messages, generation_prompt=True)
+
+    def tokens(self, messages: list[Message]) -> list[int]:
+        text = self.render(messages)
+        prefix = [] if self._bos_text and text.startswith(self._bos_text) else self._llm.tokenize(
+            b"", add_bos=True, special=True)
+        return prefix + self._tokenize(text)
+
+    def count(self, messages: list[Message]) -> int:
+        """Exact token count of the rendered prompt."""
+        return len(self.tokens(messages))
+
+    def count_message(self, message: Message) -> int:
+        """Tokens this message adds to a prompt that starts with a system message. Cached by content."""
+        key = json.dumps(message, sort_keys=True)
+        if key in self._counts:
+            self._counts.move_to_end(key)
+            return self._counts[key]
+        if message.get("role") == "system":
+            count = len(self._tokenize(self._render([message], generation_prompt=False)))
+        else:
+            pair = self._render([_STUB_SYSTEM, message], generation_prompt=False)
+            count = len(self._tokenize(pair)) - self._stub_tokens
+        self._counts[key] = count
+        if len(self._counts) > 50_000:
+            self._counts.popitem(last=False)
+        return count
+
+    def measure(self, messages: list[Message]) -> int:
+        """The prompt's size from per-message counts: exact for prompts that start with a system message."""
+        return self.prompt_overhead + sum(self.count_message(m) for m in messages)
+
+    # Generation -------------------------------------------------------------------------------
+    def stream(
+        self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2
+    ) -> ReplyStream:
+        prompt = self.tokens(messages)
+        if len(prompt) >= self.context:
+            raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
+        reply = ReplyStream(iter(()))
+        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply)
+        return reply
+
+    def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
+        return self.stream(messages, max_tokens, temperature).text()
+
+    def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream) -> Iterator[str]:
+        from llama_cpp import llama_vocab_is_eog
+
+        stats = reply.stats
+        with self._lock:
+            started = time.perf_counter()
+            llm = self._llm
+            # llama-cpp-python keeps the longest common prefix with what it evaluated last and
+            # re-evaluates one token when the whole prompt matches, to refresh the logits.
+            reused = 0
+            for old, new in zip(llm._input_ids, prompt):
+                if old != new:
+                    break
+                reused += 1
+            reused = min(reused, len(prompt) - 1)
+            stats.prompt_tokens, stats.cached_tokens = len(prompt), reused
+            stats.evaluated_tokens = len(prompt) - reused
+            pending = b""
+            stats.finish_reason = "length"
+            tokens = llm.generate(
+                prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, reset=True
+            )
+            try:
+                for token in tokens:
+                    if reply.cancelled:
+                        stats.finish_reason = "cancelled"
+                        break
+                    if not stats.completion_tokens:
+                        stats.ttft_s = time.perf_counter() - started
+                    if llama_vocab_is_eog(llm._model.vocab, token):
+                        stats.finish_reason = "stop"
+                        break
+                    stats.completion_tokens += 1
+                    pending += llm.detokenize([token])
+                    try:
+                        piece = pending.decode("utf-8")
+                    except UnicodeDecodeError:
+                        if len(pending) < 4:  # an incomplete multi-byte character: wait for the rest
+                            continue
+                        piece = pending.decode("utf-8", "replace")
+                    pending = b""
+                    if piece:
+                        yield piece
+                    if stats.completion_tokens >= max_tokens:
+                        break
+            finally:
+                tokens.close()
+                stats.total_s = time.perf_counter() - started
+

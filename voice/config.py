@@ -1,0 +1,102 @@
+"""Configuration: defaults, then a TOML file, then PARLOUR_* environment variables, then flags.
+
+Each later source overrides the earlier ones. The file is the one named by `--config` or
+PARLOUR_CONFIG, else `config.toml` in the user's config directory if it exists. Keys are the field
+names below (`llm_model = "/models/qwen.gguf"`); an unknown key or a value of the wrong type is a
+`ConfigError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import platformdirs
+
+ENV_PREFIX = "PARLOUR_"
+
+
+class ConfigError(ValueError):
+    """A configuration value or file that cannot be used; the message says which and why."""
+
+
+@dataclass
+class Config:
+    llm_model: str = ""  # a GGUF file; empty means the default SmolLM2 weights
+    stt_model: str = ""  # a faster-whisper model directory; empty means tiny.en
+    tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
+    context: int = 8192  # the language model's context window, in tokens
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
+
+    # Where each value came from: "default", a file path, an environment variable or "flag".
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+
+KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}
+
+
+def default_config_file() -> Path:
+    return Path(platformdirs.user_config_dir("parlour")) / "config.toml"
+
+
+def _convert(key: str, value: object, origin: str) -> object:
+    kind = KEYS[key]
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ConfigError(f"{origin}: {key} must be a whole number, got {value!r}")
+        try:
+            number = int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{origin}: {key} must be a whole number, got {value!r}") from None
+        if number < (0 if key == "port" else 1) or (key == "port" and number > 65535):
+            raise ConfigError(f"{origin}: {key} is out of range: {number}")
+        return number
+    if not isinstance(value, str):
+        raise ConfigError(f"{origin}: {key} must be a string, got {value!r}")
+    return value
+
+
+def _read_file(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(KEYS)})")
+    return data
+
+
+def load_config(
+    flags: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | Path | None = None,
+) -> Config:
+    """The effective configuration. `flags` holds only the flags the user gave (None values are skipped)."""
+    env = os.environ if env is None else env
+    config = Config()
+    config.sources = {key: "default" for key in KEYS}
+
+    named = config_file or env.get(ENV_PREFIX + "CONFIG")
+    path = Path(named).expanduser() if named else default_config_file()
+    layers: list[tuple[str, Mapping[str, object]]] = []
+    if named or path.exists():
+        layers.append((str(path), _read_file(path)))
+    layers.append(("env", {key: env[ENV_PREFIX + key.upper()] for key in KEYS if ENV_PREFIX + key.upper() in env}))
+    layers.append(("flag", {key: value for key, value in (flags or {}).items() if value is not None}))
+
+    for origin, values in layers:
+        for key, value in values.items():
+            where = ENV_PREFIX + key.upper() if origin == "env" else origin
+            setattr(config, key, _convert(key, value, where))
+            config.sources[key] = where
+    return config

@@ -1,0 +1,55 @@
+"""Builds the three engines from a `Config`: the one place that maps settings to model paths."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from models.llm import LanguageModel
+from models.stt import SpeechToText
+from models.tts import TextToSpeech
+from models.weights import require, resolve
+from voice.config import Config
+
+
+def stt_path(config: Config) -> Path:
+    return resolve("stt", config.stt_model)
+
+
+def llm_path(config: Config) -> Path:
+    return resolve("llm", config.llm_model)
+
+
+def tts_path(config: Config) -> Path:
+    voice = resolve("tts", config.tts_voice)
+    require(Path(f"{voice}.json"), "tts", "tts_voice")  # Piper needs the voice's config beside it
+    return voice
+
+
+def load_stt(config: Config) -> SpeechToText:
+    return SpeechToText(stt_path(config), threads=config.threads)
+
+
+def load_llm(config: Config) -> LanguageModel:
+    return LanguageModel(llm_path(config), context=config.context, threads=config.threads)
+
+
+def load_tts(config: Config) -> TextToSpeech:
+    return TextToSpeech(tts_path(config))
+
+
+ENGINES: dict[str, tuple[Callable[[Config], Path], Callable[[Config], object]]] = {
+    "llm": (llm_path, load_llm),
+    "stt": (stt_path, load_stt),
+    "tts": (tts_path, load_tts),
+}
+
+
+def timed_load(engine: str, config: Config) -> tuple[Path, object, float]:
+    """Resolve and load one engine; returns its path, the loaded engine and the load time in seconds."""
+    path_of, load = ENGINES[engine]
+    path = path_of(config)
+    started = time.perf_counter()
+    loaded = load(config)
+    return path, loaded, time.perf_counter() - started
