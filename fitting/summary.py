@@ -1,0 +1,84 @@
+"""Summaries of conversation that no longer fits (ADR 0141).
+
+A `Summary` covers a stated range of input messages and lives inside the system message (a second
+system message would break strict chat templates). It is returned by `fit` so that the next turn can
+reuse it instead of making it again; a longer range is summarized incrementally, from the earlier
+summary and only the newly removed messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from fitting.messages import Message
+
+Generate = Callable[[list[Message]], str]
+
+HEADING = "Summary of the earlier conversation:"
+
+INSTRUCTIONS = (
+    "You condense conversations. Write a short summary of the conversation below in at most {words} "
+    "words: who asked what, what was answered, names, numbers, decisions and open questions. "
+    "Write only the summary."
+)
+
+
+@dataclass(frozen=True)
+class Summary:
+    start: int  # first input index covered
+    end: int  # one past the last input index covered
+    text: str
+
+    def covers(self, indices: tuple[int, ...]) -> bool:
+        return all(self.start <= i < self.end for i in indices)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Summary":
+        return cls(int(data["start"]), int(data["end"]), str(data["text"]))
+
+
+def with_summary(system: Message | None, text: str) -> Message:
+    """The system message with the summary appended (or a system message holding only it)."""
+    base = (system or {}).get("content") or ""
+    block = f"{HEADING}\n{text}"
+    return {**(system or {"role": "system"}), "content": f"{base}\n\n{block}" if base else block}
+
+
+def transcript(messages: list[Message]) -> str:
+    """The conversation's words, one speaker a paragraph; research is left out."""
+    lines = []
+    for message in messages:
+        role, content = message.get("role"), (message.get("content") or "").strip()
+        if role in ("user", "assistant") and content:
+            lines.append(f"{'User' if role == 'user' else 'Assistant'}: {content}")
+    return "\n\n".join(lines)
+
+
+def summarize(chunks: list[list[Message]], generate: Generate, words: int, earlier: str = "") -> str | None:
+    """A rolling summary over `chunks` (each small enough for one model call), or None on failure.
+
+    None means the generator raised or returned nothing usable; the caller then drops instead.
+    """
+    text = earlier
+    for chunk in chunks:
+        words_said = transcript(chunk)
+        if not words_said:
+            continue
+        body = f"Earlier summary: {text}\n\n{words_said}" if text else words_said
+        prompt = [
+            {"role": "system", "content": INSTRUCTIONS.format(words=words)},
+            {"role": "user", "content": body},
+        ]
+        try:
+            produced = generate(prompt)
+        except Exception:  # any failure of the generator falls back to dropping
+            return None
+        produced = (produced or "").strip() if isinstance(produced, str) else ""
+        if not produced:
+            return None
+        text = produced
+    return text or None
