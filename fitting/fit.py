@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from fitting.measure import Counter, Measure, estimate
 from fitting.messages import Entry, Exchange, Message, assemble, pieces, repair
 from fitting.sections import WorkerFailed, condense, cut
-from fitting.summary import Generate, Summary, summarize, with_summary
+from fitting.summary import Generate, Summary, chunk_messages, summarize, with_summary
 
 
 class FitError(ValueError):
@@ -46,6 +46,7 @@ class FitResult:
     summary: Summary | None = None  # pass as `summary` on the next turn
     measure_calls: int = 0
     message_tokens: dict[int, int] = field(default_factory=dict)  # input index -> tokens as measured
+    history_end: int = 0  # one past the last input index of the newest exchange no longer in the prompt
 
     def to_json(self) -> dict:
         return {
@@ -134,8 +135,11 @@ def fit(
                 break
             state.remove(tool.entries, "research")
 
-    # 2. Whole earlier exchanges, oldest first, summarized where possible.
+    # 2. Whole earlier exchanges, oldest first, summarized where possible. Conversation goes only
+    # when the budget demands it; then down to the low-water mark, so the next turns only append.
     base_system = entries[parts.head].message if parts.head is not None else None
+    if state.total <= budget:
+        target = budget
     kept_summary = _fit_exchanges(state, parts.history, target, generate, summary, summary_tokens, budget)
     head_tokens = 0
     if kept_summary is not None:
@@ -164,7 +168,10 @@ def fit(
         prompt.insert(0, with_summary(None, kept_summary.text))
     removed = sorted({i for e in entries if e.removed for i in e.origin} | set(dropped))
     tokens = {e.origin[0]: e.tokens for e in entries}
-    return FitResult(prompt, state.total, budget, state.steps, removed, kept_summary, counter.calls, tokens)
+    gone = [ex for ex in parts.history if all(entries[p].removed for p in ex.entries)]
+    history_end = max(state.origins(gone)) + 1 if gone else 0
+    return FitResult(prompt, state.total, budget, state.steps, removed, kept_summary, counter.calls, tokens,
+                     history_end)
 
 
 def _keep_previous(state: _Fitting, history: list[Exchange], previous: set[int]) -> None:
@@ -243,17 +250,8 @@ def _fit_exchanges(
 
 
 def _chunks(state: _Fitting, exchanges: list[Exchange], limit: int) -> list[list[Message]]:
-    """The exchanges' messages in runs of at most `limit` tokens, each run a model call."""
-    chunks: list[list[Message]] = [[]]
-    size = 0
-    for position in (p for ex in exchanges for p in ex.entries):
-        entry = state.entries[position]
-        if chunks[-1] and size + entry.tokens > limit:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(entry.message)
-        size += entry.tokens
-    return chunks
+    sized = [(state.entries[p].message, state.entries[p].tokens) for ex in exchanges for p in ex.entries]
+    return chunk_messages(sized, limit)
 
 
 def _attach_summary(

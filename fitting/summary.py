@@ -58,6 +58,20 @@ def transcript(messages: list[Message]) -> str:
     return "\n\n".join(lines)
 
 
+def chunk_messages(sized: list[tuple[Message, int]], limit: int) -> list[list[Message]]:
+    """Messages (each with its token count) in order, in runs of at most `limit` tokens: one model
+    call each, so a long range never overflows the summarizer's own context."""
+    chunks: list[list[Message]] = [[]]
+    size = 0
+    for message, tokens in sized:
+        if chunks[-1] and size + tokens > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(message)
+        size += tokens
+    return chunks
+
+
 def summarize(chunks: list[list[Message]], generate: Generate, words: int, earlier: str = "") -> str | None:
     """A rolling summary over `chunks` (each small enough for one model call), or None on failure.
 

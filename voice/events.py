@@ -1,0 +1,103 @@
+"""Server events of the Realtime protocol (GA shapes, as in the `openai` package's
+`openai.types.realtime`), built as plain dicts. Every builder's output validates against
+`RealtimeServerEvent`; the tests check each one the server sends.
+"""
+
+from __future__ import annotations
+
+import json
+
+from voice.store import StoredMessage, new_id
+
+SAMPLE_RATE = 24_000
+PCM = {"type": "audio/pcm", "rate": SAMPLE_RATE}
+
+
+def event(kind: str, **fields) -> dict:
+    return {"type": kind, "event_id": new_id("event"), **fields}
+
+
+def error(message: str, code: str = "invalid_request", kind: str = "invalid_request_error",
+          event_id: str | None = None, param: str | None = None) -> dict:
+    body = {"type": kind, "code": code, "message": message}
+    if event_id:
+        body["event_id"] = event_id
+    if param:
+        body["param"] = param
+    return event("error", error=body)
+
+
+def session(session_id: str, instructions: str, modalities: list[str], speed: float, voice: str) -> dict:
+    """The session object of session.created and session.updated; `id` is the stored session's id."""
+    return {
+        "type": "realtime",
+        "object": "realtime.session",
+        "id": session_id,
+        "model": "parlour",
+        "instructions": instructions,
+        "output_modalities": modalities,
+        "audio": {
+            "input": {"format": PCM, "turn_detection": None, "transcription": {"model": "whisper-1"}},
+            "output": {"format": PCM, "voice": voice, "speed": speed},
+        },
+    }
+
+
+def item(stored: StoredMessage, audio: bool = False) -> dict:
+    """A stored message as a Realtime conversation item."""
+    message = stored.message
+    role = message["role"]
+    status = "completed" if stored.status == "complete" else "incomplete"
+    if role == "tool":
+        return {"id": stored.item_id, "object": "realtime.item", "type": "function_call_output",
+                "call_id": message.get("tool_call_id") or "", "output": message.get("content") or "",
+                "status": "completed"}
+    if message.get("tool_calls"):
+        call = message["tool_calls"][0]
+        return {"id": stored.item_id, "object": "realtime.item", "type": "function_call",
+                "call_id": call["id"], "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"], "status": "completed"}
+    text = message.get("content") or ""
+    if role == "user":
+        part = {"type": "input_audio", "transcript": text} if audio else {"type": "input_text", "text": text}
+    else:
+        part = {"type": "output_audio", "transcript": text} if audio else {"type": "output_text", "text": text}
+    return {"id": stored.item_id, "object": "realtime.item", "type": "message", "role": role,
+            "status": status, "content": [part]}
+
+
+def items(stored: StoredMessage) -> list[dict]:
+    """A stored message as items: an assistant message with parallel calls is one item per call."""
+    calls = stored.message.get("tool_calls") or []
+    if len(calls) <= 1:
+        return [item(stored)]
+    return [
+        {**item(StoredMessage(stored.position, stored.item_id, {**stored.message, "tool_calls": [c]},
+                              stored.status, stored.created)), "id": f"{stored.item_id}_{n}"}
+        for n, c in enumerate(calls)
+    ]
+
+
+def assistant_item(item_id: str, text: str, status: str, audio: bool) -> dict:
+    part = {"type": "output_audio", "transcript": text} if audio else {"type": "output_text", "text": text}
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+            "status": status, "content": [part] if text or status != "in_progress" else []}
+
+
+def response(response_id: str, session_id: str, status: str, modalities: list[str], output: list[dict],
+             figures: dict | None = None, reason: str | None = None) -> dict:
+    body: dict = {"id": response_id, "object": "realtime.response", "conversation_id": session_id,
+                  "status": status, "output_modalities": modalities, "output": output}
+    if reason:
+        body["status_details"] = {"type": status, "reason": reason}
+    if figures is not None:
+        prompt, cached = figures.get("prompt_tokens", 0), figures.get("cached_tokens", 0)
+        completion = figures.get("completion_tokens", 0)
+        body["usage"] = {
+            "input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
+            "input_token_details": {"cached_tokens": cached, "text_tokens": prompt},
+            "output_token_details": {"text_tokens": completion, "audio_tokens": 0},
+        }
+        # Metadata values are strings in the protocol; lists and flags are written as JSON.
+        body["metadata"] = {k: v if isinstance(v, str) else json.dumps(v) for k, v in figures.items()}
+    return body

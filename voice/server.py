@@ -1,0 +1,135 @@
+"""The Parlour service: one websocket endpoint, `/v1/realtime`, plus a health check.
+
+`Service` holds the loaded engines, the session store and the turn engine; each websocket
+connection gets a `Connection`. With API keys configured, a connection must present one
+(`Authorization: Bearer KEY`, or the subprotocol `openai-insecure-api-key.KEY` that browser clients
+use) and sees only the sessions made with that key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from collections.abc import Callable
+from http import HTTPStatus
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from voice.config import Config
+from voice.connection import Connection
+from voice.knowledge import KnowledgeBase
+from voice.research import Research
+from voice.store import SessionStore, owner_of
+from voice.turns import TurnEngine
+
+log = logging.getLogger("parlour")
+REALTIME_PATH = "/v1/realtime"
+KEY_PROTOCOL = "openai-insecure-api-key."
+
+
+def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                       ("Cache-Control", "no-store")])
+    return Response(status.value, status.phrase, headers, body)
+
+
+def json_response(status: HTTPStatus, data: object) -> Response:
+    return _response(status, json.dumps(data).encode(), "application/json")
+
+
+def presented_key(request: Request) -> str | None:
+    authorization = request.headers.get("Authorization", "")
+    if authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        if protocol.strip().startswith(KEY_PROTOCOL):
+            return protocol.strip()[len(KEY_PROTOCOL):]
+    return None
+
+
+class Service:
+    def __init__(self, config: Config, llm, store: SessionStore, knowledge: KnowledgeBase | None):
+        self.config, self.llm, self.store, self.knowledge = config, llm, store, knowledge
+        self.research = Research(config.research, knowledge)
+        self.engine = TurnEngine(llm, store, self.research, config.context, config.reply_tokens, config.max_queue)
+        self.owners = {owner_of(key) for key in config.api_keys}
+        self.voice_name = ""
+        self.port: int | None = None
+
+    @classmethod
+    def load(cls, config: Config, llm=None) -> "Service":
+        """Load the engines (unless given) and open the store and knowledge base under `config`."""
+        from voice.engines import load_llm
+
+        knowledge = KnowledgeBase(config.knowledge_path) if config.knowledge_path.exists() else None
+        return cls(config, llm or load_llm(config), SessionStore(config.database), knowledge)
+
+    # HTTP and the handshake ------------------------------------------------------------------
+    def owner(self, request: Request) -> str | None:
+        """The owner a request acts for: "" without API keys, None if its key is missing or wrong."""
+        if not self.owners:
+            return ""
+        key = presented_key(request)
+        owner = owner_of(key) if key else None
+        return owner if owner in self.owners else None
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        url = urlsplit(request.path)
+        if url.path == "/healthz":
+            return json_response(HTTPStatus.OK, {"status": "ok", "model": self.llm.path.name,
+                                                 "waiting": self.engine._waiting})
+        if url.path != REALTIME_PATH:
+            return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
+        owner = self.owner(request)
+        if owner is None:
+            return json_response(HTTPStatus.UNAUTHORIZED, {"error": "a valid API key is required"})
+        session_id = (parse_qs(url.query).get("session_id") or [""])[0]
+        if session_id and not self.store.exists(session_id, owner if self.owners else None):
+            return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such session: {session_id}"})
+        return None
+
+    @staticmethod
+    def select_subprotocol(connection: ServerConnection, offered) -> str | None:
+        return "realtime" if "realtime" in offered else None
+
+    async def handle(self, websocket: ServerConnection) -> None:
+        request = websocket.request
+        owner = self.owner(request) or ""
+        session_id = (parse_qs(urlsplit(request.path).query).get("session_id") or [""])[0]
+        if not session_id:
+            session_id = self.store.create(self.config.instructions, owner)
+        connection = Connection(websocket, self, session_id)
+        try:
+            await connection.run()
+        finally:
+            if not self.store.messages(session_id):  # nothing was said: leave no empty session behind
+                self.store.delete(session_id)
+
+    # Running ---------------------------------------------------------------------------------
+    def max_message_bytes(self) -> int:
+        return self.config.max_text_chars * 4 + 65_536
+
+    async def serve(self, ready: Callable[[int], None] | None = None, stop: asyncio.Event | None = None) -> None:
+        """Serve until `stop` is set (or SIGINT/SIGTERM when none is given)."""
+        stop = stop or asyncio.Event()
+        async with serve(
+            self.handle, self.config.host, self.config.port, process_request=self.process_request,
+            select_subprotocol=self.select_subprotocol, max_size=self.max_message_bytes(),
+            ping_interval=30, ping_timeout=60,
+        ) as server:
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            if ready:
+                ready(self.port)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, stop.set)
+                except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                    pass
+            await stop.wait()
+        await self.engine.idle()

@@ -1,0 +1,252 @@
+"""The session store: one SQLite file (WAL mode) holding sessions, their messages and summaries.
+
+Messages are kept in the OpenAI chat shape, tool exchanges included, each with its status
+(`complete`, or `interrupted` with the text that was delivered), its time and the turn's figures.
+A session's system prompt is its `instructions`; `transcript()` is what fitting replays: the
+system prompt first, then every stored message, so message N sits at index N + 1.
+
+A user's message is committed before any reply is generated and the reply as it completes, so a
+crash or a disconnect never loses what was said.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fitting import Summary
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL DEFAULT '',
+    instructions TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    removed TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT,
+    tool_calls TEXT,
+    tool_call_id TEXT,
+    status TEXT NOT NULL DEFAULT 'complete',
+    created REAL NOT NULL,
+    figures TEXT,
+    PRIMARY KEY (session_id, position)
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, start, end)
+);
+"""
+
+
+class UnknownSession(KeyError):
+    """No session with that id, or not one the caller's key may see."""
+
+
+def owner_of(api_key: str | None) -> str:
+    """The owner recorded for a key: a hash, so the store never holds the key itself."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:32] if api_key else ""
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+@dataclass
+class StoredMessage:
+    position: int
+    item_id: str
+    message: dict  # the OpenAI chat message
+    status: str
+    created: float
+    figures: dict = field(default_factory=dict)
+
+
+@dataclass
+class SessionInfo:
+    id: str
+    instructions: str
+    created: float
+    updated: float
+    messages: int
+    title: str  # the first question, shortened
+
+
+class SessionStore:
+    """Thread-safe access to the store file; every write is its own committed transaction."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, args)
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # Sessions ---------------------------------------------------------------------------------
+    def create(self, instructions: str, owner: str = "", session_id: str | None = None) -> str:
+        session_id = session_id or new_id("sess")
+        now = time.time()
+        self._write(
+            "INSERT INTO sessions (id, owner, instructions, created, updated) VALUES (?, ?, ?, ?, ?)",
+            (session_id, owner, instructions, now, now),
+        )
+        return session_id
+
+    def _check(self, session_id: str, owner: str | None) -> sqlite3.Row:
+        rows = self._read("SELECT * FROM sessions WHERE id = ?", (session_id,))
+        if not rows or (owner is not None and rows[0]["owner"] != owner):
+            raise UnknownSession(session_id)
+        return rows[0]
+
+    def exists(self, session_id: str, owner: str | None = None) -> bool:
+        try:
+            self._check(session_id, owner)
+        except UnknownSession:
+            return False
+        return True
+
+    def instructions(self, session_id: str) -> str:
+        return self._check(session_id, None)["instructions"]
+
+    def set_instructions(self, session_id: str, instructions: str) -> None:
+        self._write("UPDATE sessions SET instructions = ?, updated = ? WHERE id = ?",
+                    (instructions, time.time(), session_id))
+
+    def list(self, owner: str | None = None) -> list[SessionInfo]:
+        """Sessions, newest activity first; with `owner`, only that owner's."""
+        where, args = ("WHERE s.owner = ?", (owner,)) if owner is not None else ("", ())
+        rows = self._read(
+            f"""SELECT s.id, s.instructions, s.created, s.updated,
+                       (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) AS count,
+                       (SELECT content FROM messages m WHERE m.session_id = s.id AND m.role = 'user'
+                        ORDER BY position LIMIT 1) AS first
+                FROM sessions s {where} ORDER BY s.updated DESC""",
+            args,
+        )
+        return [
+            SessionInfo(r["id"], r["instructions"], r["created"], r["updated"], r["count"],
+                        " ".join((r["first"] or "").split())[:60])
+            for r in rows
+        ]
+
+    def delete(self, session_id: str, owner: str | None = None) -> None:
+        self._check(session_id, owner)
+        self._write("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    # Messages ---------------------------------------------------------------------------------
+    def append(self, session_id: str, message: dict, status: str = "complete", figures: dict | None = None,
+               item_id: str | None = None) -> StoredMessage:
+        item_id = item_id or new_id("item")
+        now = time.time()
+        tool_calls = json.dumps(message["tool_calls"]) if message.get("tool_calls") else None
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                (position,) = self._db.execute(
+                    "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                self._db.execute(
+                    """INSERT INTO messages (session_id, position, item_id, role, content, tool_calls,
+                       tool_call_id, status, created, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    (session_id, position, item_id, message["role"], message.get("content"), tool_calls,
+                     message.get("tool_call_id"), status, now, json.dumps(figures) if figures else None),
+                )
+                self._db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return StoredMessage(position, item_id, message, status, now, figures or {})
+
+    def update(self, session_id: str, item_id: str, content: str, status: str) -> None:
+        """Change a stored message's text and status: a reply cut short by the listener."""
+        self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
+                    (content, status, session_id, item_id))
+
+    def messages(self, session_id: str) -> list[StoredMessage]:
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
+        return [_stored(row) for row in rows]
+
+    def message(self, session_id: str, item_id: str) -> StoredMessage | None:
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND item_id = ?", (session_id, item_id))
+        return _stored(rows[0]) if rows else None
+
+    def transcript(self, session_id: str) -> list[dict]:
+        """The fitting input: the system prompt, then every stored message in order."""
+        system = {"role": "system", "content": self.instructions(session_id)}
+        return [system] + [stored.message for stored in self.messages(session_id)]
+
+    # Fitting state ----------------------------------------------------------------------------
+    def fit_state(self, session_id: str) -> tuple[list[int], Summary | None]:
+        """Last turn's removals (transcript indices) and the newest stored summary."""
+        removed = json.loads(self._check(session_id, None)["removed"])
+        rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end DESC, "
+                          "created DESC LIMIT 1", (session_id,))
+        summary = Summary(rows[0]["start"], rows[0]["end"], rows[0]["text"]) if rows else None
+        return removed, summary
+
+    def save_removed(self, session_id: str, removed: list[int]) -> None:
+        self._write("UPDATE sessions SET removed = ? WHERE id = ?", (json.dumps(removed), session_id))
+
+    def save_summary(self, session_id: str, summary: Summary) -> None:
+        self._write("INSERT OR REPLACE INTO summaries (session_id, start, end, text, created) VALUES (?, ?, ?, ?, ?)",
+                    (session_id, summary.start, summary.end, summary.text, time.time()))
+
+    def summaries(self, session_id: str) -> list[Summary]:
+        rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end", (session_id,))
+        return [Summary(r["start"], r["end"], r["text"]) for r in rows]
+
+    # Export and import ------------------------------------------------------------------------
+    def import_messages(self, messages: list[dict], owner: str = "", default_instructions: str = "") -> str:
+        """A new session from a JSON list of chat messages (a leading system message sets its instructions)."""
+        instructions = default_instructions
+        if messages and messages[0].get("role") == "system":
+            instructions, messages = messages[0].get("content") or "", messages[1:]
+        session_id = self.create(instructions, owner)
+        for message in messages:
+            clean = {k: message[k] for k in ("role", "content", "tool_calls", "tool_call_id") if k in message}
+            self.append(session_id, clean)
+        return session_id
+
+
+def _stored(row: sqlite3.Row) -> StoredMessage:
+    message: dict = {"role": row["role"], "content": row["content"]}
+    if row["tool_calls"]:
+        message["tool_calls"] = json.loads(row["tool_calls"])
+    if row["tool_call_id"]:
+        message["tool_call_id"] = row["tool_call_id"]
+    return StoredMessage(row["position"], row["item_id"], message, row["status"], row["created"],
+                         json.loads(row["figures"]) if row["figures"] else {})

@@ -1,0 +1,248 @@
+"""The turn engine both front ends share: research, fit, generate, store.
+
+One model serves every connection: turns wait in a fair (first come, first served) queue, and a
+turn that would wait behind `max_queue` others is refused with `ServerBusy`. A turn:
+1. researches the question under the research policy and stores the tool exchange;
+2. fits the session's transcript with the fitting core, measured by the model's own tokenizer,
+   keeping the previous turn's removals and a low-water mark so the prompt's prefix (and
+   llama.cpp's cache of it) stays stable from turn to turn;
+3. streams the reply; a cancelled reply is stored as `interrupted` with the text delivered.
+Summaries of exchanges the fit had to drop (ADR 0141) are made after the reply, off the path of the
+next one, and stored; a turn that needs one that is not ready yet drops instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fitting import FitResult, Summary, fit
+from fitting.summary import chunk_messages, summarize
+from models.llm import LanguageModel, ReplyStream
+from voice.research import TOOL_INSTRUCTIONS, Research, looks_like_tool_call, parse_tool_calls
+from voice.store import SessionStore, StoredMessage
+
+SUMMARY_WORDS = 120
+SUMMARY_REPLY_TOKENS = 200
+
+
+class ServerBusy(Exception):
+    """Too many turns are already waiting for the model."""
+
+
+class NothingToAnswer(ValueError):
+    """The session's last message is not a user question."""
+
+
+@dataclass
+class TurnEvent:
+    kind: str  # "research": messages were stored; "delta": reply text; "done": the reply is stored
+    text: str = ""
+    stored: list[StoredMessage] = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+class TurnEngine:
+    def __init__(self, llm: LanguageModel, store: SessionStore, research: Research, context: int,
+                 reply_tokens: int = 256, max_queue: int = 8, temperature: float = 0.2):
+        self.llm, self.store, self.research = llm, store, research
+        self.budget = context - reply_tokens
+        if self.budget <= 0:
+            raise ValueError(f"reply_tokens ({reply_tokens}) leaves no room in a {context}-token context")
+        self.low_water = self.budget * 3 // 4
+        self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
+        self._model = asyncio.Lock()  # FIFO: waiters are served in arrival order
+        self._waiting = 0
+        self._background: set[asyncio.Task] = set()
+        self.recent: list[dict] = []  # the last turns' figures, newest last
+
+    # The model's queue ------------------------------------------------------------------------
+    async def _acquire(self) -> float:
+        if self._waiting >= self.max_queue:
+            raise ServerBusy(f"{self._waiting} turns are already waiting for the model")
+        self._waiting += 1
+        started = time.perf_counter()
+        try:
+            await self._model.acquire()
+        finally:
+            self._waiting -= 1
+        return time.perf_counter() - started
+
+    async def _stream(self, reply: ReplyStream) -> AsyncIterator[str]:
+        """The reply's pieces, generated in a worker thread so the event loop stays free."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        done = object()
+
+        def work() -> None:
+            try:
+                for piece in reply:
+                    loop.call_soon_threadsafe(queue.put_nowait, piece)
+            except BaseException as error:  # handed to the event loop, raised there
+                loop.call_soon_threadsafe(queue.put_nowait, error)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, done)
+
+        worker = loop.run_in_executor(None, work)
+        finished = False
+        try:
+            while (item := await queue.get()) is not done:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            finished = True
+        finally:
+            if not finished:  # the consumer stopped early: stop the model too
+                reply.cancel()
+            await asyncio.shield(worker)
+
+    # A turn ----------------------------------------------------------------------------------
+    async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
+                      max_tokens: int | None = None, item_id: str | None = None) -> AsyncIterator[TurnEvent]:
+        """Answer the session's last question, yielding research, text deltas and finally `done`.
+
+        `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
+        text yielded so far.
+        """
+        started = time.perf_counter()
+        transcript = self.store.transcript(session_id)
+        if transcript[-1]["role"] != "user":
+            raise NothingToAnswer("there is no new user message to respond to")
+        question = transcript[-1].get("content") or ""
+        queue_s = await self._acquire()
+        figures: dict = {"queue_ms": _ms(queue_s)}
+        try:
+            research_started = time.perf_counter()
+            exchange = await asyncio.to_thread(self.research.for_question, question)
+            if exchange:
+                yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
+            figures["research_ms"] = _ms(time.perf_counter() - research_started)
+
+            delivered: list[str] = []
+            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures):
+                if event.kind == "delta":
+                    if not delivered:
+                        figures["ttft_ms"] = _ms(time.perf_counter() - started)
+                    delivered.append(event.text)
+                yield event
+            interrupted = cancel.is_set() or figures.get("finish_reason") == "cancelled"
+            figures["total_ms"] = _ms(time.perf_counter() - started)
+            figures["status"] = "interrupted" if interrupted else "complete"
+            stored_reply = self.store.append(
+                session_id, {"role": "assistant", "content": "".join(delivered)},
+                status=figures["status"], figures=figures, item_id=item_id,
+            )
+        finally:
+            self._model.release()
+        self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
+        yield TurnEvent("done", stored=[stored_reply], figures=figures)
+        if figures.get("dropped"):
+            self._in_background(self._summarize(session_id))
+
+    async def _generate(self, session_id, cancel, instructions, max_tokens, figures) -> AsyncIterator[TurnEvent]:
+        """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
+        for attempt in range(2):
+            ask_model = self.research.policy == "model" and attempt == 0
+            with_tools = self.research.policy == "model"  # the same system prompt on both attempts
+            fit_started = time.perf_counter()
+            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools)
+            figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
+            figures.update(_fit_figures(result))
+            reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature)
+            held, deciding = "", ask_model  # a reply that may be a tool call is held back, not streamed
+            async for piece in self._stream(reply):
+                if cancel.is_set():
+                    reply.cancel()
+                    break
+                if deciding:
+                    held += piece
+                    if looks_like_tool_call(held):
+                        continue
+                    deciding, piece, held = False, held, ""
+                yield TurnEvent("delta", text=piece)
+            _stats_figures(reply, figures)
+            calls = parse_tool_calls(held) if deciding and held else []
+            if not calls:
+                if held and not cancel.is_set():
+                    yield TurnEvent("delta", text=held)
+                return
+            exchange = await asyncio.to_thread(self.research.run, calls)
+            yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
+
+    def _fit(self, session_id: str, instructions: str | None, with_tools: bool) -> FitResult:
+        transcript = self.store.transcript(session_id)
+        if instructions is not None:
+            transcript[0] = {"role": "system", "content": instructions}
+        if with_tools:
+            transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{TOOL_INSTRUCTIONS}"}
+        removed, summary = self.store.fit_state(session_id)
+        result = fit(transcript, self.budget, self.llm.measure, previous=removed, summary=summary,
+                     low_water=self.low_water)
+        self.store.save_removed(session_id, result.removed)
+        return result
+
+    # Summaries, off the path of the next reply -------------------------------------------------
+    def _in_background(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _summarize(self, session_id: str) -> None:
+        """Summarize the exchanges the last fit dropped, so the next turn can use the summary."""
+        transcript = self.store.transcript(session_id)
+        removed, summary = self.store.fit_state(session_id)
+        result = await asyncio.to_thread(
+            fit, transcript, self.budget, self.llm.measure, previous=removed, summary=summary,
+            low_water=self.low_water,
+        )
+        end = result.history_end
+        if not end or (summary and summary.start == 1 and summary.end >= end):
+            return
+        start = summary.end if summary and summary.start == 1 else 1
+        earlier = summary.text if summary and summary.start == 1 else ""
+        sized = [(m, self.llm.count_message(m)) for m in transcript[start:end]]
+        chunks = chunk_messages(sized, self.budget // 2)
+        await self._model.acquire()
+        try:
+            text = await asyncio.to_thread(
+                summarize, chunks, lambda p: self.llm.complete(p, SUMMARY_REPLY_TOKENS), SUMMARY_WORDS, earlier
+            )
+        finally:
+            self._model.release()
+        if text:
+            self.store.save_summary(session_id, Summary(1, end, text))
+
+    async def idle(self) -> None:
+        """Wait for background summaries (tests and shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def _fit_figures(result: FitResult) -> dict:
+    stages: dict[str, int] = {}
+    for step in result.steps:
+        stages[step.stage] = stages.get(step.stage, 0) + 1
+    dropped = any(s.stage == "exchange" and s.detail == "dropped" for s in result.steps)
+    return {
+        "prompt_tokens_fitted": result.prompt_tokens,
+        "removed": len(result.removed),
+        "fit_steps": ",".join(f"{k}:{v}" for k, v in stages.items()),
+        "summary": bool(result.summary),
+        "dropped": dropped,
+    }
+
+
+def _stats_figures(reply: ReplyStream, figures: dict) -> None:
+    stats = reply.stats
+    figures.update(
+        prompt_tokens=stats.prompt_tokens, cached_tokens=stats.cached_tokens,
+        evaluated_tokens=stats.evaluated_tokens, completion_tokens=stats.completion_tokens,
+        finish_reason=stats.finish_reason,
+    )
