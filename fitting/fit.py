@@ -244,7 +244,8 @@ def _fit_exchanges(
             origins = state.origins(history[:k])
             made = Summary(min(origins), max(origins) + 1, text)
         for exchange in history[gone:k]:
-            state.remove(exchange.entries, "exchange", "summarized" if made else "dropped")
+            summarized = made is not None and made.covers(tuple(state.origins([exchange])))
+            state.remove(exchange.entries, "exchange", "summarized" if summarized else "dropped")
         return made
     return None
 

@@ -321,3 +321,57 @@ def test_parlour_chat_without_a_server_is_one_line(tmp_path):
                          text=True, timeout=60)
     assert run.returncode == 2 and run.stderr.startswith("parlour: error: cannot reach ws://127.0.0.1:9/")
     assert run.stderr.count("\n") == 1
+
+
+def test_dropped_conversation_is_summarized_off_the_reply_path_and_used_next_turn(make_server):
+    server = make_server(context=1024, reply_tokens=48)
+    client = Client(server.url())
+    metadata = []
+    for n in range(7):
+        question = f"Point {n}: my favourite colour number {n} is " + ("blue and green " * 60) + "Noted?"
+        metadata.append(done(client.ask(question, max_tokens=12))["metadata"])
+        server.idle()  # let the background summary finish, as the next user's pause would
+    summaries = server.service.store.summaries(client.session_id)
+    assert summaries and summaries[-1].start == 1 and summaries[-1].text.strip()
+    dropped_at = next(i for i, m in enumerate(metadata) if m["dropped"] == "true")
+    assert any(m["summary"] == "true" for m in metadata[dropped_at + 1:])
+    assert all(int(m["prompt_tokens"]) <= 1024 - 48 for m in metadata)
+    client.close()
+
+
+@pytest.mark.parametrize("reply, query", [
+    ('<tool_call>{"name": "search", "arguments": {"query": "Galway rain"}}</tool_call>', "Galway rain"),
+    ('```json\n{"name": "search", "arguments": "{\\"query\\": \\"tides\\"}"}\n```', "tides"),
+    ('{"name": "search", "parameters": {"query": "ferry times"}}', "ferry times"),
+    ("<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"cut off\"}}", "cut off"),
+])
+def test_model_tool_calls_are_parsed_robustly(reply, query):
+    from voice.research import parse_tool_calls
+
+    calls = parse_tool_calls(reply)
+    assert len(calls) == 1 and json.loads(calls[0]["function"]["arguments"]) == {"query": query}
+
+
+@pytest.mark.parametrize("reply", ["Galway is rainy.", "{not json", '{"name": "delete_all"}',
+                                   '<tool_call>{"name": "search", "arguments": {}}</tool_call>'])
+def test_replies_that_are_not_search_calls_are_answers(reply):
+    from voice.research import parse_tool_calls
+
+    assert parse_tool_calls(reply) == []
+
+
+def test_the_model_research_policy_serves_valid_turns(make_server, tmp_path):
+    docs = tmp_path / "docs"
+    write_docs(docs)
+    KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
+    server = make_server(research="model")
+    client = Client(server.url())
+    for question in ("Search my notes: how much rain does Galway get?", "Thanks. Where is Cork?"):
+        response = done(client.ask(question, max_tokens=48))
+        assert response["status"] == "completed"
+    stored = [m.message for m in server.service.store.messages(client.session_id)]
+    assert stored[-1]["role"] == "assistant" and stored[0]["role"] == "user"
+    for index, message in enumerate(stored):  # whatever the model chose, every call has its result
+        for call in message.get("tool_calls") or []:
+            assert stored[index + 1]["role"] == "tool" and stored[index + 1]["tool_call_id"] == call["id"]
+    client.close()
