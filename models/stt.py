@@ -8,6 +8,7 @@ decoded at all).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ class Transcript:
 
 
 class SpeechToText:
-    """One loaded whisper model. Safe to call from one thread at a time."""
+    """One loaded whisper model; calls from several threads take turns."""
 
     def __init__(self, model_dir: Path, threads: int = 0, language: str = "en"):
         from faster_whisper import WhisperModel
@@ -37,6 +38,7 @@ class SpeechToText:
         self.path = Path(model_dir)
         self.language = language
         self._model = WhisperModel(str(self.path), device="cpu", compute_type="int8", cpu_threads=threads)
+        self._lock = threading.Lock()
 
     def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = 24_000) -> Transcript:
         started = time.perf_counter()
@@ -44,12 +46,13 @@ class SpeechToText:
         audio_seconds = samples.size / WHISPER_RATE
         if samples.size == 0 or float(np.max(np.abs(samples))) < SILENCE_PEAK:
             return Transcript("", time.perf_counter() - started, audio_seconds)
-        segments, _info = self._model.transcribe(
-            samples,
-            language=self.language,
-            beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
-            vad_filter=True,
-            condition_on_previous_text=False,
-        )
-        text = " ".join(segment.text.strip() for segment in segments).strip()
+        with self._lock:
+            segments, _info = self._model.transcribe(
+                samples,
+                language=self.language,
+                beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
+                vad_filter=True,
+                condition_on_previous_text=False,
+            )
+            text = " ".join(segment.text.strip() for segment in segments).strip()
         return Transcript(text, time.perf_counter() - started, audio_seconds)

@@ -20,9 +20,9 @@ SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 class RunningServer:
     """`Service` serving in a thread with its own event loop; `stop()` shuts it down for real."""
 
-    def __init__(self, config: Config, llm):
+    def __init__(self, config: Config, llm, stt, tts):
         self.config = replace(config, port=0)
-        self.service = Service.load(self.config, llm=llm)
+        self.service = Service.load(self.config, llm=llm, stt=stt, tts=tts)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()

@@ -16,12 +16,12 @@ from tests.realtime import Client, RunningServer, done, reply_text
 
 
 @pytest.fixture
-def make_server(tmp_path, llm):
+def make_server(tmp_path, llm, stt, tts):
     servers: list[RunningServer] = []
 
     def make(**settings) -> RunningServer:
         config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
-        server = RunningServer(config, llm)
+        server = RunningServer(config, llm, stt, tts)
         servers.append(server)
         return server
 

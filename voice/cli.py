@@ -38,6 +38,7 @@ CONFIG_HELP = {
     "api_keys": "comma-separated keys; when set, connections without one are refused",
     "max_queue": "turns that may wait for the model before server_busy (default: 8)",
     "max_text_chars": "longest text message accepted (default: 32000)",
+    "max_audio_seconds": "longest spoken question accepted, in seconds (default: 60)",
 }
 
 
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--no-summarize", action="store_true", help="drop old exchanges instead of summarizing them")
     replay.add_argument("--json", action="store_true", help="print one JSON object: prompt_tokens, messages, steps")
 
-    commands.add_parser("serve", parents=[flags], help="serve the chat stream on ws://HOST:PORT/v1/realtime")
+    commands.add_parser("serve", parents=[flags], help="serve voice and text on ws://HOST:PORT/v1/realtime")
 
     chat = commands.add_parser("chat", parents=[flags], help="chat with a running server in the terminal")
     chat.add_argument("--session", metavar="ID", help="resume a stored session")

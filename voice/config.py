@@ -46,6 +46,7 @@ class Config:
     api_keys: list[str] = field(default_factory=list)  # when set, every connection needs one of them
     max_queue: int = 8  # turns waiting for the model before new ones get server_busy
     max_text_chars: int = 32_000  # the longest text message accepted
+    max_audio_seconds: int = 60  # the longest spoken question accepted
 
     # Where each value came from: "default", a file path, an environment variable or "flag".
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)

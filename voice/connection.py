@@ -16,8 +16,11 @@ from contextlib import aclosing
 from websockets.exceptions import ConnectionClosed
 
 from fitting import FitError
+from models.audio import AudioError
 from models.llm import ContextOverflow
 from voice import events
+from voice.audio_turn import speak_reply, transcribe_commit
+from voice.speech import AudioBuffer, heard_text
 from voice.store import new_id
 from voice.turns import NothingToAnswer, ServerBusy
 
@@ -35,9 +38,12 @@ class BadEvent(ValueError):
 class Connection:
     def __init__(self, websocket, service, session_id: str):
         self.ws, self.service, self.session_id = websocket, service, session_id
-        self.modalities = ["text"]
+        self.modalities = ["audio"]
         self.speed = 1.0
+        self.audio = AudioBuffer(service.config.max_audio_seconds)
+        self.spoken: dict = {}  # the last commit's timing, for the spoken reply that follows it
         self.response: asyncio.Task | None = None
+        self.response_item: str | None = None
         self.cancel = threading.Event()
         self.closed = False
 
@@ -97,6 +103,10 @@ class Connection:
             "conversation.item.create": self.on_item_create,
             "response.create": self.on_response_create,
             "response.cancel": self.on_response_cancel,
+            "input_audio_buffer.append": self.on_audio_append,
+            "input_audio_buffer.commit": self.on_audio_commit,
+            "input_audio_buffer.clear": self.on_audio_clear,
+            "conversation.item.truncate": self.on_item_truncate,
         }
 
     # Client events ---------------------------------------------------------------------------
@@ -121,8 +131,6 @@ class Connection:
     def checked_modalities(self, value, param: str) -> list[str]:
         if not isinstance(value, list) or set(value) not in MODALITIES:
             raise BadEvent(f"{param} must be [\"text\"] or [\"audio\"]", "invalid_value", param)
-        if value == ["audio"]:
-            raise BadEvent("this server has no speech output yet: use [\"text\"]", "invalid_value", param)
         return list(value)
 
     async def on_item_create(self, data: dict) -> None:
@@ -180,6 +188,7 @@ class Connection:
         if not messages or messages[-1].message["role"] != "user":
             raise BadEvent("there is no new user message to respond to", "no_user_message")
         self.cancel = threading.Event()
+        self.response_item = None
         self.response = asyncio.get_running_loop().create_task(self.respond(modalities, instructions, max_tokens))
 
     async def on_response_cancel(self, data: dict) -> None:
@@ -187,11 +196,58 @@ class Connection:
             raise BadEvent("there is no response in progress to cancel", "response_cancel_not_active")
         self.cancel.set()
 
+    async def on_audio_append(self, data: dict) -> None:
+        try:
+            self.audio.append(data.get("audio"))
+        except AudioError as error:
+            raise BadEvent(str(error), "invalid_audio", "audio") from None
+
+    async def on_audio_commit(self, data: dict) -> None:
+        if self.response and not self.response.done():
+            raise BadEvent("a response is in progress: cancel it before committing more audio",
+                           "conversation_already_has_active_response")
+        audio = self.audio.take()
+        if len(audio) < 100 * 48:  # under 100 ms: nothing anyone could have said
+            raise BadEvent(f"the input audio buffer holds {len(audio) // 48} ms of audio; commit at least 100 ms",
+                           "input_audio_buffer_commit_empty")
+        await transcribe_commit(self, audio)
+
+    async def on_audio_clear(self, data: dict) -> None:
+        self.audio.clear()
+        await self.send(events.event("input_audio_buffer.cleared"))
+
+    async def on_item_truncate(self, data: dict) -> None:
+        item_id = _field(data, "item_id", str)
+        audio_end_ms = data.get("audio_end_ms")
+        if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
+            raise BadEvent("audio_end_ms must be a whole number of milliseconds, 0 or more", "invalid_value",
+                           "audio_end_ms")
+        stored = self.service.store.message(self.session_id, item_id)
+        if stored is None or stored.message["role"] != "assistant":
+            raise BadEvent(f"no assistant item {item_id} in this session", "item_not_found", "item_id")
+        if self.response and not self.response.done() and self.response_item == item_id:
+            raise BadEvent("the reply is still being spoken: cancel it first", "item_in_progress", "item_id")
+        timeline = stored.figures.get("timeline")
+        if not timeline:
+            raise BadEvent(f"item {item_id} has no audio to truncate", "invalid_value", "item_id")
+        heard = heard_text(timeline, audio_end_ms)
+        total_ms = timeline[-1][2]
+        if audio_end_ms < total_ms:
+            self.service.store.update(self.session_id, item_id, heard, "interrupted")
+        await self.send(events.event("conversation.item.truncated", item_id=item_id,
+                                     content_index=data.get("content_index", 0)
+                                     if isinstance(data.get("content_index"), int) else 0,
+                                     audio_end_ms=audio_end_ms))
+
     # Responses -------------------------------------------------------------------------------
     async def respond(self, modalities: list[str], instructions: str | None, max_tokens: int | None) -> None:
         response_id, item_id = new_id("resp"), new_id("item")
+        self.response_item = item_id
         try:
-            await self.text_turn(response_id, item_id, instructions, max_tokens)
+            if modalities == ["audio"]:
+                await speak_reply(self, response_id, item_id, instructions, max_tokens)
+            else:
+                await self.text_turn(response_id, item_id, instructions, max_tokens)
         except ServerBusy as busy:
             await self.send(events.error(f"the server is busy: {busy}", "server_busy", "server_error"))
         except (NothingToAnswer, FitError, ContextOverflow) as problem:

@@ -1,4 +1,4 @@
-"""The Parlour service: one websocket endpoint, `/v1/realtime`, plus a health check.
+"""The Parlour service: one websocket endpoint, `/v1/realtime` (voice and text), plus a health check.
 
 `Service` holds the loaded engines, the session store and the turn engine; each websocket
 connection gets a `Connection`. With API keys configured, a connection must present one
@@ -53,21 +53,23 @@ def presented_key(request: Request) -> str | None:
 
 
 class Service:
-    def __init__(self, config: Config, llm, store: SessionStore, knowledge: KnowledgeBase | None):
-        self.config, self.llm, self.store, self.knowledge = config, llm, store, knowledge
+    def __init__(self, config: Config, llm, stt, tts, store: SessionStore, knowledge: KnowledgeBase | None):
+        self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
+        self.store, self.knowledge = store, knowledge
         self.research = Research(config.research, knowledge)
         self.engine = TurnEngine(llm, store, self.research, config.context, config.reply_tokens, config.max_queue)
         self.owners = {owner_of(key) for key in config.api_keys}
-        self.voice_name = ""
+        self.voice_name = tts.name
         self.port: int | None = None
 
     @classmethod
-    def load(cls, config: Config, llm=None) -> "Service":
+    def load(cls, config: Config, llm=None, stt=None, tts=None) -> "Service":
         """Load the engines (unless given) and open the store and knowledge base under `config`."""
-        from voice.engines import load_llm
+        from voice.engines import load_llm, load_stt, load_tts
 
         knowledge = KnowledgeBase(config.knowledge_path) if config.knowledge_path.exists() else None
-        return cls(config, llm or load_llm(config), SessionStore(config.database), knowledge)
+        return cls(config, llm or load_llm(config), stt or load_stt(config), tts or load_tts(config),
+                   SessionStore(config.database), knowledge)
 
     # HTTP and the handshake ------------------------------------------------------------------
     def owner(self, request: Request) -> str | None:
@@ -112,7 +114,9 @@ class Service:
 
     # Running ---------------------------------------------------------------------------------
     def max_message_bytes(self) -> int:
-        return self.config.max_text_chars * 4 + 65_536
+        """Room for the longest text message, or all the allowed audio in one base64 append."""
+        audio = self.config.max_audio_seconds * 48_000 * 4 // 3
+        return max(self.config.max_text_chars * 4, audio) + 65_536
 
     async def serve(self, ready: Callable[[int], None] | None = None, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set (or SIGINT/SIGTERM when none is given)."""

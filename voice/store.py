@@ -191,10 +191,14 @@ class SessionStore:
                 raise
         return StoredMessage(position, item_id, message, status, now, figures or {})
 
-    def update(self, session_id: str, item_id: str, content: str, status: str) -> None:
-        """Change a stored message's text and status: a reply cut short by the listener."""
-        self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
-                    (content, status, session_id, item_id))
+    def update(self, session_id: str, item_id: str, content: str, status: str, figures: dict | None = None) -> None:
+        """Change a stored message's text and status (a reply cut short), and its figures if given."""
+        if figures is None:
+            self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
+                        (content, status, session_id, item_id))
+        else:
+            self._write("UPDATE messages SET content = ?, status = ?, figures = ? WHERE session_id = ? AND item_id = ?",
+                        (content, status, json.dumps(figures), session_id, item_id))
 
     def messages(self, session_id: str) -> list[StoredMessage]:
         rows = self._read("SELECT * FROM messages WHERE session_id = ? ORDER BY position", (session_id,))

@@ -1,0 +1,250 @@
+"""The voice suite: push-to-talk speech in, streamed speech out, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+
+import jiwer
+import numpy as np
+import pytest
+from openai import AsyncOpenAI
+
+from voice.config import Config
+from voice.speech import Sentences
+from tests.realtime import SERVER_EVENT, Client, RunningServer, done
+
+
+def words(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
+
+
+@pytest.fixture
+def make_server(tmp_path, llm, stt, tts):
+    servers: list[RunningServer] = []
+
+    def make(**settings) -> RunningServer:
+        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
+        servers.append(RunningServer(config, llm, stt, tts))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        if server._thread.is_alive():
+            server.stop()
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()
+
+
+@pytest.fixture(scope="session")
+def speech(tts):
+    """PCM16 24 kHz speech for a sentence, made with Piper (no microphone needed)."""
+    cache: dict[str, bytes] = {}
+
+    def make(text: str) -> bytes:
+        if text not in cache:
+            cache[text] = b"".join(tts.synthesize(text, rate=24_000))
+        return cache[text]
+
+    return make
+
+
+def append_all(client: Client, pcm: bytes, chunk: int = 9_600) -> None:
+    for start in range(0, len(pcm), chunk):
+        client.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[start:start + chunk]).decode()})
+
+
+def spoken_turn(client: Client, pcm: bytes, max_tokens: int = 40) -> list[dict]:
+    append_all(client, pcm)
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
+    return client.until("response.done")
+
+
+def reply_audio(events: list[dict]) -> bytes:
+    return b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+
+
+def reply_transcript(events: list[dict]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
+
+
+async def sdk_turn(url_base: str, pcm: bytes, session_id: str | None = None) -> list[dict]:
+    """One push-to-talk turn through the official SDK; returns every raw server event, validated."""
+    client = AsyncOpenAI(api_key="unused-locally", websocket_base_url=url_base)
+    query = {"session_id": session_id} if session_id else {}
+    received: list[dict] = []
+    async with client.realtime.connect(model="parlour", extra_query=query) as connection:
+        await connection.session.update(session={"type": "realtime", "instructions": "Answer in one short sentence.",
+                                                  "audio": {"input": {"turn_detection": None}}})
+        for start in range(0, len(pcm), 24_000):
+            await connection.input_audio_buffer.append(audio=base64.b64encode(pcm[start:start + 24_000]).decode())
+        await connection.input_audio_buffer.commit()
+        await connection.response.create(response={"output_modalities": ["audio"], "max_output_tokens": 40})
+        while True:
+            raw = await asyncio.wait_for(connection.recv_bytes(), 180)
+            event = json.loads(raw)
+            SERVER_EVENT.validate_python(event)  # strict validation; the SDK alone parses leniently
+            received.append(event)
+            if event["type"] in ("response.done", "error"):
+                return received
+
+
+def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
+    question = "What is the capital of France?"
+    events = asyncio.run(sdk_turn(f"ws://127.0.0.1:{server.port}/v1", speech(question)))
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session.created" and "error" not in kinds
+    order = ["input_audio_buffer.committed", "conversation.item.added",
+             "conversation.item.input_audio_transcription.completed", "response.created"]
+    assert [kinds.index(k) for k in order] == sorted(kinds.index(k) for k in order)
+    transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert jiwer.wer(words(question), words(transcript["transcript"])) <= 0.2
+    user_item = next(e["item"] for e in events if e["type"] == "conversation.item.added")
+    assert user_item["content"][0] == {"type": "input_audio", "transcript": transcript["transcript"]}
+
+    audio = reply_audio(events)
+    assert len(audio) % 2 == 0 and len(audio) / 2 / 24_000 > 0.5  # PCM16 at 24 kHz, over half a second
+    samples = np.frombuffer(audio, dtype="<i2")
+    assert np.abs(samples).max() > 1000
+    said = reply_transcript(events)
+    heard = stt.transcribe(audio, sample_rate=24_000).text
+    assert jiwer.wer(words(said), words(heard)) <= 0.35, (said, heard)  # the audio speaks the transcript
+
+    response = done(events)
+    assert response["status"] == "completed" and response["output_modalities"] == ["audio"]
+    assert response["output"][0]["content"][0] == {"type": "output_audio", "transcript": said}
+    metadata = response["metadata"]
+    for figure in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms", "prompt_tokens", "cached_tokens"):
+        assert int(metadata[figure]) >= 0, figure
+    assert int(metadata["ttft_ms"]) <= int(metadata["first_audio_ms"]) <= int(metadata["total_ms"])
+    assert "cached_tokens" in response["usage"]["input_token_details"]
+
+
+def test_first_audio_leaves_after_the_first_sentence_not_the_whole_reply(server, speech):
+    client = Client(server.url())
+    events = spoken_turn(client, speech("Tell me a story about a cat."), max_tokens=60)
+    kinds = [e["type"] for e in events]
+    sentences = Sentences()
+    complete = [s for s in sentences.feed(reply_transcript(events)) + [sentences.flush()] if s]
+    assert len(complete) >= 2, reply_transcript(events)
+    last_transcript = max(i for i, k in enumerate(kinds) if k == "response.output_audio_transcript.delta")
+    assert kinds.index("response.output_audio.delta") < last_transcript
+    client.close()
+
+
+def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
+    client = Client(server.url())
+    spoken_turn(client, speech("My dog is called Biscuit."))
+    second = done(spoken_turn(client, speech("What is my dog called?")))
+    transcript = server.service.store.transcript(client.session_id)
+    assert "biscuit" in words(transcript[1]["content"])
+    assert int(second["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+    assert second["usage"]["input_token_details"]["cached_tokens"] > 0
+    client.close()
+
+
+def test_cancel_mid_reply_stops_speech_and_stores_what_was_sent(server, speech):
+    client = Client(server.url())
+    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
+    events = client.until("response.output_audio.delta")
+    client.send({"type": "response.cancel"})
+    events += client.until("response.done")
+    response = done(events)
+    assert response["status"] == "cancelled"
+    stored = server.service.store.messages(client.session_id)[-1]
+    assert stored.status == "interrupted"
+    assert stored.message["content"] == reply_transcript(events)
+    assert int(response["metadata"]["completion_tokens"]) < 250
+    assert done(spoken_turn(client, speech("Thank you.")))["status"] == "completed"  # still usable
+    client.close()
+
+
+def test_truncate_trims_the_stored_reply_to_what_was_heard(server, speech):
+    client = Client(server.url())
+    client.send({"type": "session.update", "session": {
+        "instructions": "Answer with three short sentences."}})
+    client.until("session.updated")
+    events = spoken_turn(client, speech("Tell me about the moon."), max_tokens=60)
+    item_id = done(events)["output"][0]["id"]
+    total_ms = len(reply_audio(events)) // 48
+    client.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
+                 "audio_end_ms": total_ms // 3})
+    truncated = client.until("conversation.item.truncated")[-1]
+    assert truncated["item_id"] == item_id and truncated["audio_end_ms"] == total_ms // 3
+    stored = server.service.store.message(client.session_id, item_id)
+    full = reply_transcript(events)
+    assert stored.status == "interrupted"
+    assert len(stored.message["content"]) < len(full)
+    assert full.startswith(stored.message["content"].rstrip("…").split("…")[0][:10])
+    # The next turn's history holds what was heard, not what was generated.
+    assert server.service.store.transcript(client.session_id)[2]["content"] == stored.message["content"]
+    client.close()
+
+
+def test_a_spoken_session_resumes_after_a_restart(make_server, speech, llm):
+    server = make_server()
+    first = asyncio.run(sdk_turn(f"ws://127.0.0.1:{server.port}/v1", speech("Remember the number seven.")))
+    session_id = first[0]["session"]["id"]
+    server.stop()
+    restarted = make_server()
+    second = asyncio.run(sdk_turn(f"ws://127.0.0.1:{restarted.port}/v1", speech("Which number?"), session_id))
+    assert second[0]["session"]["id"] == session_id
+    transcript = restarted.service.store.transcript(session_id)
+    assert "seven" in words(transcript[1]["content"]) or "7" in transcript[1]["content"]
+    assert int(done(second)["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+
+
+def test_bad_audio_input_gets_errors_and_the_next_turn_is_served(make_server, speech):
+    server = make_server(max_audio_seconds=3)
+    client = Client(server.url())
+    cases = [
+        ({"type": "input_audio_buffer.commit"}, "input_audio_buffer_commit_empty"),
+        ({"type": "input_audio_buffer.append", "audio": "not base64!!"}, "invalid_audio"),
+        ({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x00\x01\x02").decode()}, "invalid_audio"),
+        ({"type": "input_audio_buffer.append", "audio": 42}, "invalid_audio"),
+        ({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(48_000 * 4)).decode()}, "invalid_audio"),
+        ({"type": "conversation.item.truncate", "item_id": "item_nope", "audio_end_ms": 10}, "item_not_found"),
+        ({"type": "conversation.item.truncate", "item_id": "item_nope", "audio_end_ms": -1}, "invalid_value"),
+        ({"type": "session.update", "session": {"audio": {"output": {"speed": 0}}}}, "invalid_value"),
+    ]
+    for event, code in cases:
+        client.send(event)
+        error = client.recv()
+        assert error["type"] == "error" and error["error"]["code"] == code, (event, error)
+    append_all(client, bytes(48_000))  # a second of silence
+    client.send({"type": "input_audio_buffer.commit"})
+    assert client.recv()["error"]["code"] == "no_speech"
+    append_all(client, speech("Hello."))
+    client.send({"type": "input_audio_buffer.clear"})
+    assert client.recv()["type"] == "input_audio_buffer.cleared"
+    assert done(spoken_turn(client, speech("Good morning.")))["status"] == "completed"
+    assert [m.message["role"] for m in server.service.store.messages(client.session_id)] == ["user", "assistant"]
+    client.close()
+
+
+def test_the_largest_allowed_append_fits_one_frame(make_server):
+    server = make_server(max_audio_seconds=30)
+    client = Client(server.url())
+    client.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(48_000 * 29)).decode()})
+    client.send({"type": "input_audio_buffer.clear"})
+    assert client.recv()["type"] == "input_audio_buffer.cleared"  # no error: the frame was accepted
+    client.close()
+
+
+def test_session_update_sets_speed_and_ignores_unsupported_fields(server, speech):
+    client = Client(server.url())
+    client.send({"type": "session.update", "session": {
+        "type": "realtime", "instructions": "Be brief.", "audio": {"output": {"speed": 1.5, "voice": "alloy"}},
+        "tools": [], "tool_choice": "auto", "max_output_tokens": 100}})
+    updated = client.until("session.updated")[-1]["session"]
+    assert updated["instructions"] == "Be brief." and updated["audio"]["output"]["speed"] == 1.5
+    assert server.service.store.instructions(client.session_id) == "Be brief."
+    client.close()

@@ -1,0 +1,110 @@
+"""Spoken turns over a connection: a committed question is transcribed; a reply is spoken.
+
+`transcribe_commit` runs whisper on the committed buffer and announces the user item with its
+transcript before any reply begins. `speak_reply` streams the reply's transcript as tokens arrive
+and has Piper speak each sentence as soon as it is complete, in a task beside the model, so
+synthesis of one sentence overlaps generation of the next. First audio is timed from the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+
+from voice import events
+from voice.speech import BYTES_PER_MS, Sentences, audio_delta
+from voice.store import new_id
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+async def transcribe_commit(conn, audio: bytes) -> None:
+    """Transcribe committed audio, store the question, and announce it (commit, item, transcript)."""
+    from voice.connection import BadEvent
+
+    committed_at = time.perf_counter()
+    transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
+    if not transcript.text:
+        raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
+    item_id = new_id("item")
+    previous = conn.service.store.messages(conn.session_id)
+    previous_id = previous[-1].item_id if previous else None
+    await conn.send(events.event("input_audio_buffer.committed", previous_item_id=previous_id, item_id=item_id))
+    await conn.add_user_message(transcript.text, audio=True, item_id=item_id)
+    await conn.send(events.event(
+        "conversation.item.input_audio_transcription.completed", item_id=item_id, content_index=0,
+        transcript=transcript.text, usage={"type": "duration", "seconds": round(transcript.audio_seconds, 3)},
+    ))
+    conn.spoken = {"committed_at": committed_at, "stt_ms": _ms(transcript.seconds)}
+
+
+async def speak_reply(conn, response_id: str, item_id: str, instructions: str | None,
+                      max_tokens: int | None) -> None:
+    """The audio response: transcript deltas, audio deltas sentence by sentence, then the .done events."""
+    spoken, conn.spoken = conn.spoken, {}
+    started = spoken.get("committed_at", time.perf_counter())
+    ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
+    tts, cancel = conn.service.tts, conn.cancel
+    speed = conn.speed
+    queue: asyncio.Queue = asyncio.Queue()
+    timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
+    marks: dict = {}
+
+    async def speaker() -> None:
+        sent_ms = 0
+        while (sentence := await queue.get()) is not None:
+            if cancel.is_set():
+                continue
+            chunks = await asyncio.to_thread(lambda: list(tts.synthesize(sentence, speed=speed)))
+            start = sent_ms
+            for chunk in chunks:
+                if cancel.is_set():
+                    break
+                marks.setdefault("first_audio_ms", _ms(time.perf_counter() - started))
+                await conn.send(events.event("response.output_audio.delta", **ids, delta=audio_delta(chunk)))
+                sent_ms += len(chunk) // BYTES_PER_MS
+            timeline.append([sentence, start, sent_ms])
+
+    speaking = asyncio.get_running_loop().create_task(speaker())
+    sentences = Sentences()
+    text, figures, opened = "", {}, False
+    turn = conn.service.engine.respond(conn.session_id, cancel, instructions, max_tokens, item_id)
+    try:
+        async with aclosing(turn):
+            async for step in turn:
+                if step.kind == "research":
+                    await conn.announce_research(step.stored)
+                    continue
+                if not opened:
+                    await conn.start_response(response_id, ["audio"])
+                    await conn.send(events.event("response.output_item.added", response_id=response_id,
+                                                 output_index=0,
+                                                 item=events.assistant_item(item_id, "", "in_progress", True)))
+                    await conn.send(events.event("response.content_part.added", **ids,
+                                                 part={"type": "audio", "transcript": ""}))
+                    opened = True
+                if step.kind == "delta":
+                    marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
+                    text += step.text
+                    await conn.send(events.event("response.output_audio_transcript.delta", **ids, delta=step.text))
+                    for sentence in sentences.feed(step.text):
+                        queue.put_nowait(sentence)
+                elif step.kind == "done":
+                    figures = dict(step.figures)
+        if rest := sentences.flush():
+            queue.put_nowait(rest)
+    finally:
+        queue.put_nowait(None)
+        await speaking
+    if not opened:
+        return
+    status = "interrupted" if cancel.is_set() else figures.get("status", "complete")
+    figures.update(spoken, status=status, **marks)
+    figures.pop("committed_at", None)
+    figures["total_ms"] = _ms(time.perf_counter() - started)
+    # The stored reply keeps its sentences' audio offsets, for conversation.item.truncate.
+    conn.service.store.update(conn.session_id, item_id, text, status, {**figures, "timeline": timeline})
+    await conn.finish_response(response_id, item_id, text, figures, ["audio"])
