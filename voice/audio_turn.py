@@ -79,12 +79,7 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
                     await conn.announce_research(step.stored)
                     continue
                 if not opened:
-                    await conn.start_response(response_id, ["audio"])
-                    await conn.send(events.event("response.output_item.added", response_id=response_id,
-                                                 output_index=0,
-                                                 item=events.assistant_item(item_id, "", "in_progress", True)))
-                    await conn.send(events.event("response.content_part.added", **ids,
-                                                 part={"type": "audio", "transcript": ""}))
+                    await conn.open_output(response_id, item_id, audio=True)
                     opened = True
                 if step.kind == "delta":
                     marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))

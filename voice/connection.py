@@ -253,9 +253,19 @@ class Connection:
         except (NothingToAnswer, FitError, ContextOverflow) as problem:
             await self.send(events.error(str(problem), "cannot_respond"))
 
-    async def start_response(self, response_id: str, modalities: list[str]) -> None:
+    async def open_output(self, response_id: str, item_id: str, audio: bool) -> None:
+        """response.created, then the reply's item and its one content part.
+
+        Sent once the turn holds the model, so a busy server answers with one error and no response.
+        """
+        modalities = ["audio"] if audio else ["text"]
         await self.send(events.event("response.created", response=events.response(
             response_id, self.session_id, "in_progress", modalities, [])))
+        await self.send(events.event("response.output_item.added", response_id=response_id, output_index=0,
+                                     item=events.assistant_item(item_id, "", "in_progress", audio)))
+        part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
+        await self.send(events.event("response.content_part.added", response_id=response_id, item_id=item_id,
+                                     output_index=0, content_index=0, part=part))
 
     async def announce_research(self, stored_messages) -> None:
         for stored in stored_messages:
@@ -274,11 +284,8 @@ class Connection:
                 if step.kind == "research":
                     await self.announce_research(step.stored)
                     continue
-                if not opened:  # created only once the turn holds the model, so busy is one error
-                    await self.start_response(response_id, ["text"])
-                    await self.send(events.event("response.output_item.added", response_id=response_id,
-                                                 output_index=0, item=events.assistant_item(item_id, "", "in_progress", False)))
-                    await self.send(events.event("response.content_part.added", **ids, part={"type": "text", "text": ""}))
+                if not opened:
+                    await self.open_output(response_id, item_id, audio=False)
                     opened = True
                 if step.kind == "delta":
                     text += step.text

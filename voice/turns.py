@@ -56,7 +56,10 @@ class TurnEngine:
         self.budget = context - reply_tokens
         if self.budget <= 0:
             raise ValueError(f"reply_tokens ({reply_tokens}) leaves no room in a {context}-token context")
-        self.low_water = self.budget * 3 // 4
+        # Once history must go, it goes down to half the budget: a removal re-evaluates everything
+        # after the first removed piece, so removing more at once makes those re-prefills rarer
+        # (scripts/bench_voice.py shows a 4,700-token re-prefill costing about 24 s here).
+        self.low_water = self.budget // 2
         self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
         self._model = asyncio.Lock()  # FIFO: waiters are served in arrival order
         self._waiting = 0
