@@ -55,10 +55,11 @@ async def _read_line(prompt: str) -> str | None:
     return await asyncio.get_running_loop().run_in_executor(None, read)
 
 
-async def chat(url: str, api_key: str | None = None, out=sys.stdout) -> None:
+async def open_connection(url: str, api_key: str | None):
+    """A websocket to the server, or a ChatError saying in one line why there is none."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        websocket = await connect(url, additional_headers=headers, max_size=None)
+        return await connect(url, additional_headers=headers, max_size=None)
     except InvalidStatus as refused:
         body = refused.response.body.decode(errors="replace")
         try:
@@ -68,6 +69,10 @@ async def chat(url: str, api_key: str | None = None, out=sys.stdout) -> None:
         raise ChatError(f"the server refused the connection: {body}") from None
     except OSError as error:
         raise ChatError(f"cannot reach {url}: {error.strerror or error}") from None
+
+
+async def chat(url: str, api_key: str | None = None, out=sys.stdout) -> None:
+    websocket = await open_connection(url, api_key)
     async with websocket:
         created = json.loads(await websocket.recv())
         print(f"session {created['session']['id']}", file=out, flush=True)

@@ -28,6 +28,7 @@ CONFIG_HELP = {
     "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
     "context": "language model context window in tokens (default: 8192)",
     "reply_tokens": "longest reply in tokens, kept free in the context (default: 256)",
+    "temperature": "sampling temperature of replies, 0 to 2 (default: 0.2)",
     "threads": "CPU threads for the engines (default: all cores)",
     "host": "address to listen on (default: 127.0.0.1)",
     "port": "port to listen on (default: 8765)",
@@ -50,7 +51,7 @@ def _config_flags() -> argparse.ArgumentParser:
     for key, kind in KEYS.items():
         group.add_argument(
             "--" + key.replace("_", "-"), dest=key, metavar=key.split("_")[-1].upper(),
-            type=int if kind == "int" else str, help=CONFIG_HELP[key],
+            type={"int": int, "float": float}.get(kind, str), help=CONFIG_HELP[key],
             choices=CHOICES.get(key), default=argparse.SUPPRESS,
         )
     return parent
@@ -87,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     chat = commands.add_parser("chat", parents=[flags], help="chat with a running server in the terminal")
     chat.add_argument("--session", metavar="ID", help="resume a stored session")
     chat.add_argument("--api-key", metavar="KEY", help="the key to present (default: PARLOUR_API_KEY)")
+
+    talk = commands.add_parser(
+        "talk", parents=[flags], help="push-to-talk with the microphone: Enter or space starts, again sends",
+        description="Push-to-talk: press Enter or space to start talking and press it again to send "
+        "(a terminal cannot see a key being released). Pressing the key or speaking up during the reply "
+        "interrupts it. q quits.")
+    talk.add_argument("--session", metavar="ID", help="resume a stored session")
+    talk.add_argument("--api-key", metavar="KEY", help="the key to present (default: PARLOUR_API_KEY)")
+    talk.add_argument("--device", metavar="DEVICE", help="input and output device, by number or name")
+    talk.add_argument("--list-devices", action="store_true", help="list the audio devices and exit")
+    talk.add_argument("--input", metavar="FILE.wav", help="send this recording as one question (no audio device)")
+    talk.add_argument("--output", metavar="FILE.wav", help="with --input: write the spoken reply here")
 
     index = commands.add_parser("index", parents=[flags], help="add a folder of text, Markdown and HTML files to the knowledge base")
     index.add_argument("folder", metavar="DIR")
@@ -200,6 +213,27 @@ def cmd_chat(config, args) -> None:
     asyncio.run(chat(realtime_url(config.host, config.port, args.session), key))
 
 
+def cmd_talk(config, args) -> None:
+    import asyncio
+    import os
+
+    from voice.chat import realtime_url
+    from voice.talk import list_devices, one_turn, talk
+
+    if args.list_devices:
+        print(list_devices())
+        return
+    if bool(args.input) != bool(args.output):
+        raise ChatError("--input and --output go together")
+    key = args.api_key or os.environ.get("PARLOUR_API_KEY")
+    url = realtime_url(config.host, config.port, args.session)
+    if args.input:
+        asyncio.run(one_turn(url, key, args.input, args.output))
+    else:
+        device = int(args.device) if args.device and args.device.isdigit() else args.device
+        asyncio.run(talk(url, key, device))
+
+
 def cmd_index(config, args) -> None:
     from voice.knowledge import KnowledgeBase
 
@@ -258,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_serve(config)
         elif args.command == "chat":
             cmd_chat(config, args)
+        elif args.command == "talk":
+            cmd_talk(config, args)
         elif args.command == "index":
             cmd_index(config, args)
         elif args.command == "sessions":

@@ -36,6 +36,7 @@ class Config:
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens
     reply_tokens: int = 256  # the longest reply, kept free in the context
+    temperature: float = 0.2  # sampling temperature of replies; 0 always picks the likeliest token
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     host: str = "127.0.0.1"
     port: int = 8765
@@ -81,6 +82,16 @@ def _convert(key: str, value: object, origin: str) -> object:
             raise ConfigError(f"{origin}: {key} must be a whole number, got {value!r}") from None
         if number < (0 if key == "port" else 1) or (key == "port" and number > 65535):
             raise ConfigError(f"{origin}: {key} is out of range: {number}")
+        return number
+    if kind == "float":
+        if isinstance(value, bool):
+            raise ConfigError(f"{origin}: {key} must be a number, got {value!r}")
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"{origin}: {key} must be a number, got {value!r}") from None
+        if not 0 <= number <= 2:
+            raise ConfigError(f"{origin}: {key} must be from 0 to 2, got {number}")
         return number
     if kind == "list[str]":
         if isinstance(value, str):  # from the environment or a flag: comma-separated

@@ -226,7 +226,7 @@ class Connection:
         if stored is None or stored.message["role"] != "assistant":
             raise BadEvent(f"no assistant item {item_id} in this session", "item_not_found", "item_id")
         if self.response and not self.response.done() and self.response_item == item_id:
-            raise BadEvent("the reply is still being spoken: cancel it first", "item_in_progress", "item_id")
+            await asyncio.shield(self.response)  # truncate what was stored once the reply has stopped
         timeline = stored.figures.get("timeline")
         if not timeline:
             raise BadEvent(f"item {item_id} has no audio to truncate", "invalid_value", "item_id")

@@ -1,4 +1,8 @@
-"""The Parlour service: one websocket endpoint, `/v1/realtime` (voice and text), plus a health check.
+"""The Parlour service: the websocket endpoint `/v1/realtime` (voice and text) and a few HTTP pages.
+
+- `GET /`: the push-to-talk page (voice/page.html), no outside assets.
+- `GET /healthz`: the loaded models and how many turns wait for the model.
+- `GET /v1/sessions`, `GET /v1/figures`: the caller's stored sessions and its last turns' figures.
 
 `Service` holds the loaded engines, the session store and the turn engine; each websocket
 connection gets a `Connection`. With API keys configured, a connection must present one
@@ -14,6 +18,7 @@ import logging
 import signal
 from collections.abc import Callable
 from http import HTTPStatus
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import ServerConnection, serve
@@ -29,6 +34,7 @@ from voice.turns import TurnEngine
 
 log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
+PAGE = Path(__file__).with_name("page.html")
 KEY_PROTOCOL = "openai-insecure-api-key."
 
 
@@ -57,7 +63,8 @@ class Service:
         self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
         self.store, self.knowledge = store, knowledge
         self.research = Research(config.research, knowledge)
-        self.engine = TurnEngine(llm, store, self.research, config.context, config.reply_tokens, config.max_queue)
+        self.engine = TurnEngine(llm, store, self.research, config.context, config.reply_tokens, config.max_queue,
+                                 config.temperature)
         self.owners = {owner_of(key) for key in config.api_keys}
         self.voice_name = tts.name
         self.port: int | None = None
@@ -82,14 +89,25 @@ class Service:
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
+        if url.path == "/":
+            return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
         if url.path == "/healthz":
             return json_response(HTTPStatus.OK, {"status": "ok", "model": self.llm.path.name,
-                                                 "waiting": self.engine._waiting})
-        if url.path != REALTIME_PATH:
+                                                 "stt": self.stt.path.name, "voice": self.voice_name,
+                                                 "waiting": self.engine.waiting})
+        if url.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
         owner = self.owner(request)
         if owner is None:
             return json_response(HTTPStatus.UNAUTHORIZED, {"error": "a valid API key is required"})
+        scope = owner if self.owners else None  # without keys, every session is the user's
+        if url.path == "/v1/sessions":
+            return json_response(HTTPStatus.OK, [
+                {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages}
+                for s in self.store.list(scope) if s.messages])
+        if url.path == "/v1/figures":
+            mine = {s.id for s in self.store.list(scope)}
+            return json_response(HTTPStatus.OK, [f for f in self.engine.recent if f["session_id"] in mine])
         session_id = (parse_qs(url.query).get("session_id") or [""])[0]
         if session_id and not self.store.exists(session_id, owner if self.owners else None):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such session: {session_id}"})

@@ -222,6 +222,10 @@ class TurnEngine:
         if text:
             self.store.save_summary(session_id, Summary(1, end, text))
 
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
     async def idle(self) -> None:
         """Wait for background summaries (tests and shutdown)."""
         while self._background:

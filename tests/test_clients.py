@@ -1,0 +1,106 @@
+"""The people-facing clients: `parlour talk` and the browser page, against a real server."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.audio import read_wav, write_wav
+from tests.browser import Chromium, chromium_path
+from tests.realtime import Client, RunningServer, done
+from voice.config import Config
+
+OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
+
+
+def words(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
+
+
+@pytest.fixture
+def server(tmp_path, llm, stt, tts):
+    running = RunningServer(Config(threads=2, data_dir=str(tmp_path / "data"), reply_tokens=48,
+                                    temperature=0), llm, stt, tts)
+    yield running
+    running.stop()
+
+
+def speak_to_wav(tts, text: str, path: Path, rate: int, padding_s: float = 0.0) -> float:
+    pad = bytes(int(rate * padding_s) * 2)
+    pcm = pad + b"".join(tts.synthesize(text, rate=rate)) + pad
+    write_wav(path, pcm, rate)
+    return len(pcm) / 2 / rate
+
+
+def test_talk_runs_one_turn_from_a_wav_to_a_wav(server, tts, stt, tmp_path):
+    question, answer = tmp_path / "question.wav", tmp_path / "answer.wav"
+    speak_to_wav(tts, "Tell me a story about a cat.", question, 16_000)
+    run = subprocess.run(
+        [sys.executable, "-m", "voice.cli", "talk", "--port", str(server.port), "--input", str(question),
+         "--output", str(answer)], capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "story about a cat" in words(next(line for line in lines if line.startswith("you> ")))
+    reply_text = next(line for line in lines if line.startswith("parlour> ")).removeprefix("parlour> ")
+    samples, rate = read_wav(answer)
+    assert rate == 24_000 and samples.size / rate > 0.5
+    heard = words(stt.transcribe(samples, sample_rate=rate).text).split()
+    said = words(reply_text).split()
+    assert sum(word in heard for word in said) >= 0.6 * len(said), (reply_text, heard)
+    session_id = lines[0].removeprefix("session ")
+    assert server.service.store.messages(session_id)[-1].message["content"] == reply_text
+
+
+def test_talk_without_portaudio_or_a_device_is_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "voice.cli", "talk", "--port", "9"], capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and run.stderr.startswith("parlour: error: ")
+
+
+def test_health_and_figures_over_http(server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz") as answer:
+        health = json.load(answer)
+    assert health["status"] == "ok" and health["model"].endswith(".gguf")
+    client = Client(server.url())
+    response = done(client.ask("Hello!"))
+    client.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/figures") as answer:
+        figures = json.load(answer)
+    assert figures[-1]["session_id"] == client.session_id
+    assert figures[-1]["prompt_tokens"] == int(response["metadata"]["prompt_tokens"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/sessions") as answer:
+        assert client.session_id in [s["id"] for s in json.load(answer)]
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")
+def test_the_page_in_a_real_browser(server, tts, tmp_path):
+    microphone = tmp_path / "question.wav"
+    seconds = speak_to_wav(tts, "What is the capital of France?", microphone, 48_000, padding_s=0.4)
+    browser = Chromium(f"http://127.0.0.1:{server.port}/", microphone, tmp_path / "profile")
+    try:
+        browser.wait_for("window.parlour && window.parlour.phase === 'idle'", 60)
+        browser.hold("#talk", seconds - 0.1)
+        transcript = browser.wait_for("window.parlour.lastTranscript", 120)
+        assert "capital of france" in words(transcript)
+        browser.wait_for("window.parlour.phase === 'idle' && window.parlour.lastReply.length > 0"
+                         " && window.parlour.playedMs > 0", 180)
+        state = browser.evaluate("JSON.stringify(window.parlour)")
+        state = json.loads(state)
+        assert state["scheduledMs"] > 500 and state["playedMs"] > 500  # the reply was really played
+        log = browser.evaluate("document.getElementById('log').innerText")
+        assert state["lastReply"].strip() in log and transcript in log
+        assert browser.evaluate("document.getElementById('figures').children.length") >= 1
+        browser.screenshot(OUTPUT / "page.png")
+        print(f"screenshot: {OUTPUT / 'page.png'}")
+    finally:
+        browser.close()
+    stored = server.service.store.messages(state["sessionId"])
+    assert [m.message["role"] for m in stored] == ["user", "assistant"]
