@@ -6,6 +6,7 @@ import pytest
 
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
+from tests.realtime import RunningServer
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,24 @@ def tts(config):
 @pytest.fixture(scope="session")
 def llm(config):
     return load_llm(config)
+
+
+@pytest.fixture
+def make_server(tmp_path, llm, stt, tts):
+    """Start real servers (settings as Config fields) on ephemeral ports, sharing one data folder."""
+    servers: list[RunningServer] = []
+
+    def make(**settings) -> RunningServer:
+        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
+        servers.append(RunningServer(config, llm, stt, tts))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        if server.running:
+            server.stop()
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()

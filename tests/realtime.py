@@ -40,6 +40,10 @@ class RunningServer:
         asyncio.run(main())
 
     @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def port(self) -> int:
         return self.service.port
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitting import FitError, Summary, estimate, fit
+from fitting import FitError, estimate, fit
 from fitting.sections import WORKER, split_sections
 from fitting.summary import HEADING, INSTRUCTIONS
 from tests.sessions import SYSTEM, assistant, call, research_session, result, user

@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import replace
 
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from voice.config import Config
 from voice.knowledge import RESULT_CHARS, KnowledgeBase
 from voice.store import SessionStore
-from tests.realtime import Client, RunningServer, done, reply_text
-
-
-@pytest.fixture
-def make_server(tmp_path, llm, stt, tts):
-    servers: list[RunningServer] = []
-
-    def make(**settings) -> RunningServer:
-        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
-        server = RunningServer(config, llm, stt, tts)
-        servers.append(server)
-        return server
-
-    yield make
-    for server in servers:
-        if server._thread.is_alive():
-            server.stop()
-
-
-@pytest.fixture
-def server(make_server):
-    return make_server()
+from tests.realtime import Client, done, reply_text
 
 
 def test_a_reply_streams_and_reports_its_figures(server):

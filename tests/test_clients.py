@@ -9,13 +9,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from models.audio import read_wav, write_wav
 from tests.browser import Chromium, chromium_path
-from tests.realtime import Client, RunningServer, done
-from voice.config import Config
+from tests.realtime import Client, done
 
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 
@@ -25,11 +23,8 @@ def words(text: str) -> str:
 
 
 @pytest.fixture
-def server(tmp_path, llm, stt, tts):
-    running = RunningServer(Config(threads=2, data_dir=str(tmp_path / "data"), reply_tokens=48,
-                                    temperature=0), llm, stt, tts)
-    yield running
-    running.stop()
+def server(make_server):
+    return make_server(reply_tokens=48, temperature=0)
 
 
 def speak_to_wav(tts, text: str, path: Path, rate: int, padding_s: float = 0.0) -> float:

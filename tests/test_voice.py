@@ -12,33 +12,12 @@ import numpy as np
 import pytest
 from openai import AsyncOpenAI
 
-from voice.config import Config
 from voice.speech import Sentences
-from tests.realtime import SERVER_EVENT, Client, RunningServer, done
+from tests.realtime import SERVER_EVENT, Client, done
 
 
 def words(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
-
-
-@pytest.fixture
-def make_server(tmp_path, llm, stt, tts):
-    servers: list[RunningServer] = []
-
-    def make(**settings) -> RunningServer:
-        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
-        servers.append(RunningServer(config, llm, stt, tts))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        if server._thread.is_alive():
-            server.stop()
-
-
-@pytest.fixture
-def server(make_server):
-    return make_server()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import aclosing
 
 from voice import events
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
@@ -70,32 +69,23 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
 
     speaking = asyncio.get_running_loop().create_task(speaker())
     sentences = Sentences()
-    text, figures, opened = "", {}, False
-    turn = conn.service.engine.respond(conn.session_id, cancel, instructions, max_tokens, item_id)
+
+    async def on_delta(text: str) -> None:
+        marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
+        await conn.send(events.event("response.output_audio_transcript.delta", **ids, delta=text))
+        for sentence in sentences.feed(text):
+            queue.put_nowait(sentence)
+
     try:
-        async with aclosing(turn):
-            async for step in turn:
-                if step.kind == "research":
-                    await conn.announce_research(step.stored)
-                    continue
-                if not opened:
-                    await conn.open_output(response_id, item_id, audio=True)
-                    opened = True
-                if step.kind == "delta":
-                    marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
-                    text += step.text
-                    await conn.send(events.event("response.output_audio_transcript.delta", **ids, delta=step.text))
-                    for sentence in sentences.feed(step.text):
-                        queue.put_nowait(sentence)
-                elif step.kind == "done":
-                    figures = dict(step.figures)
+        result = await conn.stream_turn(response_id, item_id, instructions, max_tokens, True, on_delta)
         if rest := sentences.flush():
             queue.put_nowait(rest)
     finally:
         queue.put_nowait(None)
         await speaking
-    if not opened:
+    if result is None:
         return
+    text, figures = result
     status = "interrupted" if cancel.is_set() else figures.get("status", "complete")
     figures.update(spoken, status=status, **marks)
     figures.pop("committed_at", None)

@@ -20,6 +20,7 @@ from websockets.exceptions import InvalidStatus
 from voice.store import new_id
 
 
+CANCEL = json.dumps({"type": "response.cancel"})
 RESULT_TITLE = re.compile(r"(?m)^\[\d+\] (.+)$")  # the heading of each result in format_results
 
 
@@ -85,9 +86,8 @@ async def chat(url: str, api_key: str | None = None, out=sys.stdout) -> None:
                 "type": "message", "role": "user", "content": [{"type": "input_text", "text": line}]}}))
             await websocket.send(json.dumps({"type": "response.create", "event_id": request_id,
                                              "response": {"output_modalities": ["text"]}}))
-            cancel = json.dumps({"type": "response.cancel"})
             try:
-                loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(websocket.send(cancel)))
+                loop.add_signal_handler(signal.SIGINT, lambda: asyncio.ensure_future(websocket.send(CANCEL)))
             except (NotImplementedError, RuntimeError):
                 pass
             try:

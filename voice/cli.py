@@ -122,7 +122,7 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def cmd_models(config) -> None:
+def cmd_models(config, args) -> None:
     from voice.engines import ENGINES, timed_load
 
     print(f"{'engine':<7} {'size':>9} {'load':>8}  file")
@@ -131,7 +131,7 @@ def cmd_models(config) -> None:
         print(f"{engine:<7} {_size(path) / 1e6:>7.1f}MB {seconds:>7.2f}s  {path}")
 
 
-def cmd_config(config) -> None:
+def cmd_config(config, args) -> None:
     for key in KEYS:
         value = getattr(config, key)
         shown = f"<{len(value)} key(s)>" if key == "api_keys" and value else repr(value)  # never print secrets
@@ -190,7 +190,7 @@ def _session(config, session_id: str) -> str:
     return session_id
 
 
-def cmd_serve(config) -> None:
+def cmd_serve(config, args) -> None:
     import asyncio
 
     from voice.server import Service
@@ -273,31 +273,19 @@ def cmd_sessions(config, args) -> None:
         print(f"deleted {args.session}")
 
 
+COMMANDS = {
+    "models": cmd_models, "config": cmd_config, "say": cmd_say, "transcribe": cmd_transcribe,
+    "replay": cmd_replay, "serve": cmd_serve, "chat": cmd_chat, "talk": cmd_talk, "index": cmd_index,
+    "sessions": cmd_sessions,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         config = load_config({key: getattr(args, key, None) for key in KEYS}, config_file=getattr(args, "config", None))
-        if args.command == "models":
-            cmd_models(config)
-        elif args.command == "config":
-            cmd_config(config)
-        elif args.command == "say":
-            cmd_say(config, args)
-        elif args.command == "transcribe":
-            cmd_transcribe(config, args)
-        elif args.command == "replay":
-            cmd_replay(config, args)
-        elif args.command == "serve":
-            cmd_serve(config)
-        elif args.command == "chat":
-            cmd_chat(config, args)
-        elif args.command == "talk":
-            cmd_talk(config, args)
-        elif args.command == "index":
-            cmd_index(config, args)
-        elif args.command == "sessions":
-            cmd_sessions(config, args)
+        COMMANDS[args.command](config, args)
     except UnknownSession as error:
         print(f"parlour: error: no such session: {error.args[0]}", file=sys.stderr)
         return 2

@@ -273,11 +273,12 @@ class Connection:
                 await self.send(events.event("conversation.item.added", item=payload))
                 await self.send(events.event("conversation.item.done", item=payload))
 
-    async def text_turn(self, response_id: str, item_id: str, instructions: str | None,
-                        max_tokens: int | None) -> None:
-        ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
-        opened = False
-        text = ""
+    async def stream_turn(self, response_id: str, item_id: str, instructions: str | None,
+                          max_tokens: int | None, audio: bool, on_delta) -> tuple[str, dict] | None:
+        """Run the turn: research is announced, the output opened with the first step, and
+        `on_delta(text)` awaited for each piece of the reply. Returns the text and the figures, or
+        None if the turn never began (the engine raised before holding the model)."""
+        text, figures, opened = "", None, False
         turn = self.service.engine.respond(self.session_id, self.cancel, instructions, max_tokens, item_id)
         async with aclosing(turn):
             async for step in turn:
@@ -285,13 +286,25 @@ class Connection:
                     await self.announce_research(step.stored)
                     continue
                 if not opened:
-                    await self.open_output(response_id, item_id, audio=False)
+                    await self.open_output(response_id, item_id, audio)
                     opened = True
                 if step.kind == "delta":
                     text += step.text
-                    await self.send(events.event("response.output_text.delta", **ids, delta=step.text))
+                    await on_delta(step.text)
                 elif step.kind == "done":
-                    await self.finish_response(response_id, item_id, text, step.figures, ["text"])
+                    figures = dict(step.figures)
+        return (text, figures) if opened and figures is not None else None
+
+    async def text_turn(self, response_id: str, item_id: str, instructions: str | None,
+                        max_tokens: int | None) -> None:
+        ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
+
+        async def send_delta(text: str) -> None:
+            await self.send(events.event("response.output_text.delta", **ids, delta=text))
+
+        result = await self.stream_turn(response_id, item_id, instructions, max_tokens, False, send_delta)
+        if result:
+            await self.finish_response(response_id, item_id, *result, ["text"])
 
     async def finish_response(self, response_id: str, item_id: str, text: str, figures: dict,
                               modalities: list[str]) -> None:
