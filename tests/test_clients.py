@@ -99,3 +99,19 @@ def test_the_page_in_a_real_browser(server, tts, tmp_path):
         browser.close()
     stored = server.service.store.messages(state["sessionId"])
     assert [m.message["role"] for m in stored] == ["user", "assistant"]
+
+
+def test_pages_from_other_sites_are_refused(server):
+    from websockets.exceptions import InvalidStatus
+
+    with pytest.raises(InvalidStatus) as refused:
+        Client(server.url(), origin="http://evil.example")
+    assert refused.value.response.status_code == 403
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}/v1/sessions",
+                                     headers={"Origin": "http://evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as http_refused:
+        urllib.request.urlopen(request)
+    assert http_refused.value.code == 403
+    same = Client(server.url(), origin=f"http://127.0.0.1:{server.port}")  # the page's own origin is fine
+    assert same.session_id
+    same.close()

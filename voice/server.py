@@ -89,6 +89,10 @@ class Service:
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
+        origin = request.headers.get("Origin")
+        if origin and urlsplit(origin).netloc != request.headers.get("Host"):
+            # A page from another site may not drive this service through the user's browser.
+            return json_response(HTTPStatus.FORBIDDEN, {"error": f"cross-origin requests are refused: {origin}"})
         if url.path == "/":
             return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
         if url.path == "/healthz":

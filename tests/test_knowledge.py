@@ -1,0 +1,51 @@
+"""The knowledge base: chunking, BM25 search and re-indexing only what changed."""
+
+from __future__ import annotations
+
+import os
+
+from voice.knowledge import CHUNK_CHARS, RESULT_CHARS, KnowledgeBase, chunk_text, fts_query, read_document
+
+
+def test_reindexing_touches_only_changed_files(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Tides\n\nThe tide turns twice a day.")
+    (docs / "b.txt").write_text("Ferries leave at nine.")
+    (docs / "skip.pdf").write_bytes(b"%PDF")
+    knowledge = KnowledgeBase(tmp_path / "kb.sqlite3")
+    first = knowledge.index(docs)
+    assert (first.added, first.updated, first.unchanged, first.removed) == (2, 0, 0, 0)
+    again = knowledge.index(docs)
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 2)
+    (docs / "b.txt").write_text("Ferries leave at ten now.")
+    os.utime(docs / "a.md")  # touched but not changed: read, hashed, left alone
+    changed = knowledge.index(docs)
+    assert (changed.updated, changed.unchanged, changed.chunks) == (1, 1, 1)
+    assert "ten" in knowledge.search("When do ferries leave?")[0].text
+    (docs / "a.md").unlink()
+    gone = knowledge.index(docs)
+    assert gone.removed == 1 and knowledge.search("tide") == []
+    assert knowledge.size() == (1, 1)
+
+
+def test_html_is_read_as_text_with_headings(tmp_path):
+    page = tmp_path / "p.html"
+    page.write_text("<html><head><title>Cork</title><style>p{}</style></head><body><h2>Harbour</h2>"
+                    "<p>Cork has a large harbour.</p><script>alert(1)</script></body></html>")
+    title, text = read_document(page)
+    assert title == "Cork" and "## Harbour" in text and "alert" not in text and "p{}" not in text
+
+
+def test_chunks_follow_paragraphs_and_stay_bounded():
+    text = "# One\n\n" + "\n\n".join("word " * 100 for _ in range(20)) + "\n\n# Two\n\n" + "x" * 5000
+    chunks = chunk_text(text)
+    assert all(len(c) <= CHUNK_CHARS for c in chunks)
+    assert any(c.startswith("# Two") for c in chunks)
+    assert CHUNK_CHARS <= RESULT_CHARS
+
+
+def test_questions_become_safe_queries():
+    assert fts_query('What is "AND" OR (NEAR)?') == '"near"'  # FTS5 syntax words are only words
+    assert fts_query("How much rain in Galway?") == '"rain" OR "galway"'
+    assert fts_query("?!") == ""
