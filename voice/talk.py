@@ -45,7 +45,8 @@ def load_sounddevice():
 
 
 def list_devices() -> str:
-    return str(load_sounddevice().query_devices())
+    devices = load_sounddevice().query_devices()
+    return str(devices) if len(devices) else "no audio devices found"
 
 
 def meter(level: float, width: int = 30) -> str:
