@@ -6,6 +6,8 @@ import asyncio
 import base64
 import json
 import re
+import socket
+import threading
 
 import jiwer
 import numpy as np
@@ -227,3 +229,29 @@ def test_session_update_sets_speed_and_ignores_unsupported_fields(server, speech
     assert updated["instructions"] == "Be brief." and updated["audio"]["output"]["speed"] == 1.5
     assert server.service.store.instructions(client.session_id) == "Be brief."
     client.close()
+
+
+def test_a_disconnect_mid_reply_keeps_the_question_and_what_was_sent(server, speech):
+    client = Client(server.url())
+    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
+    events = client.until("response.output_audio.delta")
+    session_id = client.session_id
+    client.ws.socket.shutdown(socket.SHUT_RDWR)  # the listener's network goes away mid-reply
+    client.ws.socket.close()
+    server.idle()
+    for _ in range(100):
+        stored = server.service.store.messages(session_id)
+        if len(stored) == 2 and stored[1].status == "interrupted":
+            break
+        threading.Event().wait(0.1)
+    assert [m.message["role"] for m in stored] == ["user", "assistant"]
+    assert "lighthouse" in words(stored[0].message["content"])
+    assert stored[1].status == "interrupted"
+    assert stored[1].message["content"].startswith(reply_transcript(events))
+    assert stored[1].figures["completion_tokens"] < 250  # the model stopped when the listener left
+    # ...and the session carries on where it stopped.
+    resumed = Client(server.url(session_id))
+    assert done(spoken_turn(resumed, speech("Go on.")))["status"] == "completed"
+    resumed.close()

@@ -25,6 +25,7 @@ from voice.store import new_id
 from voice.turns import NothingToAnswer, ServerBusy
 
 MODALITIES = ({"text"}, {"audio"})
+SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
 
 
 class BadEvent(ValueError):
@@ -52,10 +53,12 @@ class Connection:
         if self.closed:
             return
         try:
-            await self.ws.send(json.dumps(payload))
-        except ConnectionClosed:
+            await asyncio.wait_for(self.ws.send(json.dumps(payload)), SEND_TIMEOUT)
+        except (ConnectionClosed, asyncio.TimeoutError):
+            # Nobody is listening (gone, or not reading at all): stop the reply, keep what was sent.
             self.closed = True
-            self.cancel.set()  # nobody is listening: stop the reply, keep what was sent
+            self.cancel.set()
+            self.ws.transport.abort()
 
     def session_object(self) -> dict:
         return events.session(self.session_id, self.service.store.instructions(self.session_id),
