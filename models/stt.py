@@ -53,6 +53,7 @@ class SpeechToText:
                 beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
                 vad_filter=True,
                 condition_on_previous_text=False,
+                without_timestamps=True,
             )
             text = " ".join(segment.text.strip() for segment in segments).strip()
         return Transcript(text, time.perf_counter() - started, audio_seconds)

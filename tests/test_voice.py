@@ -255,3 +255,24 @@ def test_a_disconnect_mid_reply_keeps_the_question_and_what_was_sent(server, spe
     resumed = Client(server.url(session_id))
     assert done(spoken_turn(resumed, speech("Go on.")))["status"] == "completed"
     resumed.close()
+
+
+def test_sentences_start_speech_at_the_first_long_clause():
+    sentences = Sentences()
+    text = "The sky is blue because of a process called scattering, which bends blue light. It is, in short, physics. "
+    pieces = [p for word in text.split(" ") for p in sentences.feed(word + " ")]
+    assert pieces == ["The sky is blue because of a process called scattering,", "which bends blue light.",
+                      "It is, in short, physics."]
+    short = Sentences()
+    assert short.feed("Yes, it is. Well, fine. 3.5 degrees! ") == ["Yes, it is.", "Well, fine.", "3.5 degrees!"]
+    assert short.feed("And the rest") == [] and short.flush() == "And the rest"
+
+
+def test_heard_text_keeps_what_played():
+    from voice.speech import heard_text
+
+    timeline = [["One two three.", 0, 1000], ["Four five six seven.", 1000, 2000]]
+    assert heard_text(timeline, 2500) == "One two three. Four five six seven."
+    assert heard_text(timeline, 1500) == "One two three. Four five…"
+    assert heard_text(timeline, 1000) == "One two three."
+    assert heard_text(timeline, 0) == ""

@@ -17,6 +17,7 @@ from models.audio import AudioError
 
 BYTES_PER_MS = 48  # PCM16 mono at 24 kHz
 _SENTENCE_END = re.compile(r"([.!?…]+[\"')\]]*)(\s+)|\n+")
+_CLAUSE_END = re.compile(r"([,;:])(\s+)")
 
 
 class AudioBuffer:
@@ -49,20 +50,35 @@ class AudioBuffer:
 
 
 class Sentences:
-    """Feed reply text as it streams; get back each sentence once it is complete."""
+    """Feed reply text as it streams; get back each sentence once it is complete.
 
-    def __init__(self) -> None:
+    The first piece may end at a clause instead (a comma, colon or semicolon after at least
+    `first_clause_words` words): the listener hears the reply begin while its first long
+    sentence is still being written.
+    """
+
+    def __init__(self, first_clause_words: int = 6) -> None:
         self.pending = ""
+        self.first_clause_words = first_clause_words
+        self.started = False
 
     def feed(self, text: str) -> list[str]:
         self.pending += text
         done: list[str] = []
-        while match := _SENTENCE_END.search(self.pending):
+        while True:
+            match = _SENTENCE_END.search(self.pending)
+            if not self.started and self.first_clause_words:
+                clause = _CLAUSE_END.search(self.pending)
+                if clause and (not match or clause.start() < match.start()) and len(
+                        self.pending[: clause.start()].split()) >= self.first_clause_words:
+                    match = clause
+            if not match:
+                return done
             sentence = self.pending[: match.end(1) if match.group(1) else match.start()].strip()
             self.pending = self.pending[match.end():]
             if re.search(r"\w", sentence):
                 done.append(sentence)
-        return done
+                self.started = True
 
     def flush(self) -> str:
         rest, self.pending = self.pending.strip(), ""
