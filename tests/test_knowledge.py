@@ -49,3 +49,15 @@ def test_questions_become_safe_queries():
     assert fts_query('What is "AND" OR (NEAR)?') == '"near"'  # FTS5 syntax words are only words
     assert fts_query("How much rain in Galway?") == '"rain" OR "galway"'
     assert fts_query("?!") == ""
+
+
+def test_results_far_weaker_than_the_best_are_left_out(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "rain.md").write_text("# Rain\n\nGalway rain: Galway gets 1,200 mm of rain, the rain of the west.")
+    (docs / "food.md").write_text("# Food\n\nOysters are served in Galway in September.")
+    knowledge = KnowledgeBase(tmp_path / "kb.sqlite3")
+    knowledge.index(docs)
+    found = knowledge.search("How much rain falls in Galway?")
+    assert [r.title for r in found] == ["Rain"]
+    assert len(knowledge.search("Galway")) == 2  # equally good matches both stay

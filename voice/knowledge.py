@@ -20,6 +20,7 @@ from pathlib import Path
 SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
 CHUNK_CHARS = 2_000
 RESULT_CHARS = 4_000
+RELEVANCE = 0.5  # a result is kept when its score is at least half the best one's
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, sha256 TEXT);
@@ -193,7 +194,10 @@ class KnowledgeBase:
                 "SELECT path, title, text, bm25(chunks) AS score FROM chunks WHERE chunks MATCH ? "
                 "ORDER BY score LIMIT ?", (match, limit),
             ).fetchall()
-        return [SearchResult(p, t, text[:RESULT_CHARS], s) for p, t, text, s in rows]
+        # BM25 scores are negative, best first: results far weaker than the best one are noise that
+        # would cost the model seconds of prefill, so they are left out.
+        best = rows[0][3] if rows else 0.0
+        return [SearchResult(p, t, text[:RESULT_CHARS], s) for p, t, text, s in rows if s <= best * RELEVANCE]
 
     def size(self) -> tuple[int, int]:
         with self._lock:
