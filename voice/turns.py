@@ -121,6 +121,8 @@ class TurnEngine:
         question = transcript[-1].get("content") or ""
         queue_s = await self._acquire()
         figures: dict = {"queue_ms": _ms(queue_s)}
+        delivered: list[str] = []
+        stored_reply = None
         try:
             research_started = time.perf_counter()
             exchange = await asyncio.to_thread(self.research.for_question, question)
@@ -128,7 +130,6 @@ class TurnEngine:
                 yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
-            delivered: list[str] = []
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures):
                 if event.kind == "delta":
                     if not delivered:
@@ -142,6 +143,12 @@ class TurnEngine:
                 session_id, {"role": "assistant", "content": "".join(delivered)},
                 status=figures["status"], figures=figures, item_id=item_id,
             )
+        except BaseException:
+            if stored_reply is None and delivered:  # stopped from outside (shutdown): keep what was sent
+                figures["status"] = "interrupted"
+                self.store.append(session_id, {"role": "assistant", "content": "".join(delivered)},
+                                  status="interrupted", figures=figures, item_id=item_id)
+            raise
         finally:
             self._model.release()
         self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
