@@ -47,6 +47,14 @@ def spoken_turn(client: Client, pcm: bytes, max_tokens: int = 40) -> list[dict]:
     return client.until("response.done")
 
 
+def start_long_reply(client: Client, speech) -> list[dict]:
+    """Ask for a long story and return the events up to its first audio."""
+    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
+    return client.until("response.output_audio.delta")
+
+
 def reply_audio(events: list[dict]) -> bytes:
     return b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
 
@@ -132,10 +140,7 @@ def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
 
 def test_cancel_mid_reply_stops_speech_and_stores_what_was_sent(server, speech):
     client = Client(server.url())
-    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
-    client.send({"type": "input_audio_buffer.commit"})
-    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
-    events = client.until("response.output_audio.delta")
+    events = start_long_reply(client, speech)
     client.send({"type": "response.cancel"})
     events += client.until("response.done")
     response = done(events)
@@ -233,10 +238,7 @@ def test_session_update_sets_speed_and_ignores_unsupported_fields(server, speech
 
 def test_a_disconnect_mid_reply_keeps_the_question_and_what_was_sent(server, speech):
     client = Client(server.url())
-    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
-    client.send({"type": "input_audio_buffer.commit"})
-    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
-    events = client.until("response.output_audio.delta")
+    events = start_long_reply(client, speech)
     session_id = client.session_id
     client.ws.socket.shutdown(socket.SHUT_RDWR)  # the listener's network goes away mid-reply
     client.ws.socket.close()
