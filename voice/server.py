@@ -97,7 +97,8 @@ class Service:
             return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
         if url.path == "/healthz":
             return json_response(HTTPStatus.OK, {"status": "ok", "model": self.llm.path.name,
-                                                 "stt": self.stt.path.name, "voice": self.voice_name,
+                                                 "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}",
+                                                 "voice": self.voice_name,
                                                  "waiting": self.engine.waiting})
         if url.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
