@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -115,3 +116,49 @@ def test_pages_from_other_sites_are_refused(server):
     same = Client(server.url(), origin=f"http://127.0.0.1:{server.port}")  # the page's own origin is fine
     assert same.session_id
     same.close()
+
+
+def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, tts, capsys):
+    import asyncio
+
+    from models.audio import pcm16_to_float
+    from tests.fake_audio import FakeSoundDevice
+    from voice.talk import talk
+
+    device = FakeSoundDevice(input_rate=48_000)
+    question = pcm16_to_float(b"".join(tts.synthesize("Tell me a long story about a lighthouse keeper.", rate=48_000)))
+
+    async def scenario() -> None:
+        keys: asyncio.Queue = asyncio.Queue()
+        client = asyncio.create_task(talk(server.url(), None, None, sd=device, keys=keys))
+        await asyncio.sleep(1.0)
+        keys.put_nowait(" ")  # start talking
+        await asyncio.sleep(0.2)
+        device.say(question)
+        await asyncio.sleep(question.size / 48_000 + 0.3)
+        keys.put_nowait(" ")  # send
+        for _ in range(600):
+            if device.played_seconds() > 1.0:
+                break
+            await asyncio.sleep(0.1)
+        keys.put_nowait(" ")  # barge in: stop the reply and talk again
+        await asyncio.sleep(0.5)
+        keys.put_nowait("q")
+        await asyncio.wait_for(client, 60)
+
+    asyncio.run(scenario())
+    printed = capsys.readouterr().out
+    session_id = re.search(r"session (\S+):", printed).group(1)
+    assert "lighthouse keeper" in words(re.search(r"you> (.*)", printed).group(1))
+    assert device.played_seconds() > 1.0  # the reply was played as it arrived
+    for _ in range(100):  # the cancel and the truncate reach the store
+        stored = server.service.store.messages(session_id)
+        if stored[-1].status == "interrupted" and stored[-1].figures.get("timeline"):
+            break
+        time.sleep(0.1)
+    reply = stored[-1]
+    assert reply.message["role"] == "assistant" and reply.status == "interrupted"
+    spoken = " ".join(sentence for sentence, _, _ in reply.figures["timeline"])
+    heard = reply.message["content"]
+    assert heard and len(heard) < len(spoken)  # trimmed to the second or so that was actually played
+    assert spoken.startswith(heard.rstrip("…").split("…")[0][:20])

@@ -197,16 +197,20 @@ def _keys(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def talk(url: str, api_key: str | None, device: str | int | None) -> None:
-    sd = load_sounddevice()
-    if not sys.stdin.isatty():
+async def talk(url: str, api_key: str | None, device: str | int | None, sd=None,
+               keys: asyncio.Queue | None = None) -> None:
+    """The interactive client. `sd` (the sounddevice module) and `keys` (a queue of key presses)
+    default to the real audio devices and the terminal."""
+    sd = sd or load_sounddevice()
+    if keys is None and not sys.stdin.isatty():
         raise ChatError("parlour talk reads keys from a terminal; use --input FILE.wav --output FILE.wav in scripts")
     try:
         sd.check_input_settings(device=device)
     except Exception as error:  # PortAudio's own errors name the problem
         raise AudioDeviceError(f"no usable input device: {error}") from None
     loop = asyncio.get_running_loop()
-    keys: asyncio.Queue = asyncio.Queue()
+    from_terminal = keys is None
+    keys = keys or asyncio.Queue()
     state = {"level": 0.0}
     recorder = Recorder(sd, device, lambda level: state.__setitem__("level", level))
     player = Player(sd, device)
@@ -215,7 +219,8 @@ async def talk(url: str, api_key: str | None, device: str | int | None) -> None:
         async with await open_connection(url, api_key) as websocket:
             created = json.loads(await websocket.recv())
             print(f"session {created['session']['id']}: press Enter or space to talk, again to send, q to quit")
-            threading.Thread(target=_keys, args=(loop, keys), daemon=True).start()
+            if from_terminal:
+                threading.Thread(target=_keys, args=(loop, keys), daemon=True).start()
             receiver = loop.create_task(_receive(websocket, player, reply))
 
             async def interrupt() -> None:
