@@ -36,7 +36,9 @@ def make_server(tmp_path, llm, stt, tts):
     servers: list[RunningServer] = []
 
     def make(**settings) -> RunningServer:
-        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{"reply_tokens": 64, **settings})
+        # Greedy decoding, so a run's replies can be reproduced; a test may ask for sampling.
+        defaults = {"reply_tokens": 64, "temperature": 0.0}
+        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{**defaults, **settings})
         servers.append(RunningServer(config, llm, stt, tts))
         return servers[-1]
 

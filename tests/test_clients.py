@@ -25,7 +25,7 @@ def words(text: str) -> str:
 
 @pytest.fixture
 def server(make_server):
-    return make_server(reply_tokens=48, temperature=0)
+    return make_server(reply_tokens=48)
 
 
 def speak_to_wav(tts, text: str, path: Path, rate: int, padding_s: float = 0.0) -> float:
