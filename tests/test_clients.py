@@ -79,27 +79,35 @@ def test_health_and_figures_over_http(server):
 @pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")
 def test_the_page_in_a_real_browser(server, tts, tmp_path):
     microphone = tmp_path / "question.wav"
-    seconds = speak_to_wav(tts, "What is the capital of France?", microphone, 48_000, padding_s=0.4)
+    seconds = speak_to_wav(tts, "Tell me a long story about a lighthouse keeper.", microphone, 48_000, padding_s=0.4)
     browser = Chromium(f"http://127.0.0.1:{server.port}/", microphone, tmp_path / "profile")
     try:
         browser.wait_for("window.parlour && window.parlour.phase === 'idle'", 60)
         browser.hold("#talk", seconds - 0.1)
         transcript = browser.wait_for("window.parlour.lastTranscript", 120)
-        assert "capital of france" in words(transcript)
-        browser.wait_for("window.parlour.phase === 'idle' && window.parlour.lastReply.length > 0"
-                         " && window.parlour.playedMs > 0", 180)
-        state = browser.evaluate("JSON.stringify(window.parlour)")
-        state = json.loads(state)
-        assert state["scheduledMs"] > 500 and state["playedMs"] > 500  # the reply was really played
+        assert "lighthouse keeper" in words(transcript)
+        browser.wait_for("window.parlour.playedMs > 800", 120)  # the reply is playing
+        first_reply = browser.evaluate("window.parlour.lastReply")
+        assert first_reply
         log = browser.evaluate("document.getElementById('log').innerText")
-        assert state["lastReply"].strip() in log and transcript in log
+        assert transcript in log and first_reply.split()[0] in log
+        browser.screenshot(OUTPUT / "page-speaking.png")
+        # Pressing again interrupts the reply and records the next question (the fake microphone loops).
+        browser.hold("#talk", seconds - 0.1)
+        browser.wait_for("document.getElementById('log').innerText.includes('(interrupted)')", 60)
+        browser.wait_for("window.parlour.phase === 'idle' && window.parlour.playedMs > 500", 180)
         assert browser.evaluate("document.getElementById('figures').children.length") >= 1
         browser.screenshot(OUTPUT / "page.png")
-        print(f"screenshot: {OUTPUT / 'page.png'}")
+        print(f"screenshots: {OUTPUT / 'page-speaking.png'}, {OUTPUT / 'page.png'}")
+        session_id = browser.evaluate("window.parlour.sessionId")
     finally:
         browser.close()
-    stored = server.service.store.messages(state["sessionId"])
-    assert [m.message["role"] for m in stored] == ["user", "assistant"]
+    stored = server.service.store.messages(session_id)
+    assert [m.message["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    interrupted = stored[1]
+    assert interrupted.status == "interrupted"
+    spoken = " ".join(sentence for sentence, _, _ in interrupted.figures["timeline"])
+    assert len(interrupted.message["content"]) < len(spoken)  # trimmed to what the page had played
 
 
 def test_pages_from_other_sites_are_refused(server):

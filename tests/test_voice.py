@@ -278,3 +278,19 @@ def test_heard_text_keeps_what_played():
     assert heard_text(timeline, 1500) == "One two three. Four five…"
     assert heard_text(timeline, 1000) == "One two three."
     assert heard_text(timeline, 0) == ""
+
+
+def test_cancel_then_truncate_while_the_reply_streams(server, speech):
+    # What a client sends at barge-in: both at once, while the reply is still being spoken.
+    client = Client(server.url())
+    events = start_long_reply(client, speech)
+    item_id = next(e for e in events if e["type"] == "response.output_item.added")["item"]["id"]
+    client.send({"type": "response.cancel"})
+    client.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 400})
+    events += client.until("conversation.item.truncated")
+    assert done(events)["status"] == "cancelled"
+    assert not [e for e in events if e["type"] == "error"]
+    stored = server.service.store.message(client.session_id, item_id)
+    assert stored.status == "interrupted"
+    assert len(stored.message["content"]) < len(reply_transcript(events))  # what 0.4 s of audio held
+    client.close()

@@ -225,18 +225,18 @@ class Connection:
         if not isinstance(audio_end_ms, int) or isinstance(audio_end_ms, bool) or audio_end_ms < 0:
             raise BadEvent("audio_end_ms must be a whole number of milliseconds, 0 or more", "invalid_value",
                            "audio_end_ms")
+        if self.response and not self.response.done() and self.response_item == item_id:
+            await asyncio.shield(self.response)  # truncate what was stored once the reply has stopped
         stored = self.service.store.message(self.session_id, item_id)
         if stored is None or stored.message["role"] != "assistant":
             raise BadEvent(f"no assistant item {item_id} in this session", "item_not_found", "item_id")
-        if self.response and not self.response.done() and self.response_item == item_id:
-            await asyncio.shield(self.response)  # truncate what was stored once the reply has stopped
         timeline = stored.figures.get("timeline")
         if not timeline:
             raise BadEvent(f"item {item_id} has no audio to truncate", "invalid_value", "item_id")
-        heard = heard_text(timeline, audio_end_ms)
-        total_ms = timeline[-1][2]
-        if audio_end_ms < total_ms:
-            self.service.store.update(self.session_id, item_id, heard, "interrupted")
+        # A reply heard to its end keeps its text; otherwise (cut short by the listener, or by a
+        # cancel before all of it was spoken) it keeps the sentences that were actually heard.
+        if audio_end_ms < timeline[-1][2] or stored.status != "complete":
+            self.service.store.update(self.session_id, item_id, heard_text(timeline, audio_end_ms), "interrupted")
         await self.send(events.event("conversation.item.truncated", item_id=item_id,
                                      content_index=data.get("content_index", 0)
                                      if isinstance(data.get("content_index"), int) else 0,
