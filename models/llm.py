@@ -29,6 +29,7 @@ Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool
 # Fixed system message used to measure a lone non-system message: the template renders the pair,
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
+_STUB_USER = {"role": "user", "content": "."}
 
 
 class ContextOverflow(ValueError):
@@ -77,24 +78,22 @@ def tool_call_text(call: dict) -> str:
 def as_plain_text(messages: list[Message]) -> list[Message]:
     """Tool exchanges rewritten as ordinary turns, for templates that cannot express tools.
 
-    Consecutive tool results (parallel calls) become one user-role message.
+    A call becomes a line of the assistant's message and its results a user-role message;
+    consecutive messages of one role are then joined, since strict templates want roles to
+    alternate (parallel results, or results followed by the next question, would break that).
     """
     plain: list[Message] = []
     for message in messages:
         role, content = message.get("role"), message.get("content") or ""
         if role == "assistant" and message.get("tool_calls"):
             calls = "\n".join(tool_call_text(call) for call in message["tool_calls"])
-            plain.append({"role": "assistant", "content": f"{content}\n{calls}".strip()})
+            role, content = "assistant", f"{content}\n{calls}".strip()
         elif role == "tool":
-            result = f"[tool result {message.get('tool_call_id', '')}]\n{content}"
-            if plain and plain[-1].get("_tool_results"):
-                plain[-1]["content"] += "\n\n" + result
-            else:
-                plain.append({"role": "user", "content": result, "_tool_results": True})
+            role, content = "user", f"[tool result {message.get('tool_call_id', '')}]\n{content}"
+        if plain and plain[-1]["role"] == role and role != "system":
+            plain[-1]["content"] += "\n\n" + content
         else:
             plain.append({"role": role, "content": content})
-    for message in plain:
-        message.pop("_tool_results", None)
     return plain
 
 
@@ -129,7 +128,6 @@ class LanguageModel:
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
         self._lock = threading.Lock()
         self._counts: OrderedDict[str, int] = OrderedDict()
-        self._stub_tokens = len(self._tokenize(self._render([_STUB_SYSTEM], generation_prompt=False)))
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([], generation_prompt=True)))
 
     # Rendering and counting -------------------------------------------------------------------
@@ -169,12 +167,25 @@ class LanguageModel:
         if message.get("role") == "system":
             count = len(self._tokenize(self._render([message], generation_prompt=False)))
         else:
-            pair = self._render([_STUB_SYSTEM, message], generation_prompt=False)
-            count = len(self._tokenize(pair)) - self._stub_tokens
+            count = self._count_after_stub(message)
         self._counts[key] = count
         if len(self._counts) > 50_000:
             self._counts.popitem(last=False)
         return count
+
+    def _count_after_stub(self, message: Message) -> int:
+        """The message's tokens after a stub prefix; strict templates that refuse a reply right after
+        the system prompt get a stub question before it."""
+        for prefix in ([_STUB_SYSTEM], [_STUB_SYSTEM, _STUB_USER]):
+            if message.get("role") == "user" and len(prefix) > 1:
+                break
+            try:
+                whole = len(self._tokenize(self._render(prefix + [message], generation_prompt=False)))
+                alone = len(self._tokenize(self._render(prefix, generation_prompt=False)))
+            except jinja2.TemplateError:
+                continue
+            return max(0, whole - alone)
+        return max(1, len(message.get("content") or "") // 3)  # the template refuses it alone: estimate
 
     def measure(self, messages: list[Message]) -> int:
         """The prompt's size from per-message counts: exact for prompts that start with a system message."""

@@ -90,3 +90,30 @@ def test_a_prompt_over_the_context_is_refused(llm):
     huge = [SYSTEM, {"role": "user", "content": "word " * (llm.context + 100)}]
     with pytest.raises(ContextOverflow, match="does not fit"):
         llm.stream(huge)
+
+
+STRICT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] != 'system' and (m['role'] == 'user') != (loop.index0 % 2 == 1) %}"
+    "{{ raise_exception('roles must alternate user/assistant') }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\\n{{ m['content'] }}<|im_end|>\\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}"
+)
+
+
+def test_strict_templates_get_alternating_roles_and_per_message_counts(llm):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    original = llm._template
+    llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(STRICT_TEMPLATE)
+    llm._counts.clear()
+    try:
+        # Results followed by the next question would be two user turns in a row without the join.
+        messages = RESEARCH[:5] + [{"role": "user", "content": "And its height?"}]
+        text = llm.render(messages)
+        assert text.count("<|im_start|>user") == 2  # the question, then the results joined with the follow-up
+        assert all(llm.count_message(m) > 0 for m in messages)  # an assistant reply measured after a stub question
+        assert llm.count(messages) > 0
+    finally:
+        llm._template = original
+        llm._counts.clear()
