@@ -131,32 +131,37 @@ class LanguageModel:
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([], generation_prompt=True)))
 
     # Rendering and counting -------------------------------------------------------------------
-    def _render(self, messages: list[Message], generation_prompt: bool) -> str:
+    def _render(self, messages: list[Message], generation_prompt: bool, tools: list[dict] | None = None) -> str:
         if not self.knows_tools:
             messages = as_plain_text(messages)
         else:
             messages = [{**m, "content": m.get("content") or ""} for m in messages]
         return self._template.render(
             messages=messages, add_generation_prompt=generation_prompt, bos_token=self._bos_text,
-            eos_token=self._eos_text, raise_exception=_raise,
+            eos_token=self._eos_text, raise_exception=_raise, tools=tools if self.knows_tools else None,
         )
 
     def _tokenize(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
-    def render(self, messages: list[Message]) -> str:
-        """The prompt text for `messages`, ending where the assistant's reply begins."""
-        return self._render(messages, generation_prompt=True)
+    def render(self, messages: list[Message], tools: list[dict] | None = None) -> str:
+        """The prompt text for `messages`, ending where the assistant's reply begins. `tools` (OpenAI
+        function specs) reach templates that know tools; others ignore them."""
+        return self._render(messages, generation_prompt=True, tools=tools)
 
-    def tokens(self, messages: list[Message]) -> list[int]:
-        text = self.render(messages)
+    def tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+        text = self.render(messages, tools)
         prefix = [] if self._bos_text and text.startswith(self._bos_text) else self._llm.tokenize(
             b"", add_bos=True, special=True)
         return prefix + self._tokenize(text)
 
-    def count(self, messages: list[Message]) -> int:
+    def count(self, messages: list[Message], tools: list[dict] | None = None) -> int:
         """Exact token count of the rendered prompt."""
-        return len(self.tokens(messages))
+        return len(self.tokens(messages, tools))
+
+    def tools_tokens(self, tools: list[dict] | None) -> int:
+        """What declaring `tools` adds to a prompt (0 for templates that know no tools)."""
+        return self.count([], tools) - self.count([]) if tools and self.knows_tools else 0
 
     def count_message(self, message: Message) -> int:
         """Tokens this message adds to a prompt that starts with a system message. Cached by content."""
@@ -193,9 +198,10 @@ class LanguageModel:
 
     # Generation -------------------------------------------------------------------------------
     def stream(
-        self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2
+        self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
+        tools: list[dict] | None = None,
     ) -> ReplyStream:
-        prompt = self.tokens(messages)
+        prompt = self.tokens(messages, tools)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))

@@ -117,3 +117,32 @@ def test_strict_templates_get_alternating_roles_and_per_message_counts(llm):
     finally:
         llm._template = original
         llm._counts.clear()
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\\nTools: {{ tools | tojson }}<|im_end|>\\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\\n{{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}"
+    "<|im_end|>\\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}"
+)
+
+
+def test_templates_that_know_tools_get_them_natively(llm):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from voice.research import SEARCH_TOOL
+
+    original, knew = llm._template, llm.knows_tools
+    llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(TOOLS_TEMPLATE)
+    llm.knows_tools = True
+    llm._counts.clear()
+    try:
+        text = llm.render(RESEARCH, tools=[SEARCH_TOOL])
+        assert '"name": "search"' in text.split("<|im_start|>user")[0]  # declared before the conversation
+        assert "<tool_call>" in text and "<|im_start|>tool" in text  # the exchange in the template's own form
+        assert llm.tools_tokens([SEARCH_TOOL]) == llm.count([], [SEARCH_TOOL]) - llm.count([]) > 20
+        assert llm.tools_tokens(None) == 0
+    finally:
+        llm._template, llm.knows_tools = original, knew
+        llm._counts.clear()
+    assert llm.tools_tokens([SEARCH_TOOL]) == 0  # ChatML knows no tools: nothing is declared

@@ -2,9 +2,10 @@
 
 - `auto`: every question is searched, when a knowledge base exists; the turn stores an assistant
   message with a `search` tool call and the tool result answering it.
-- `model`: the model is told about the `search` tool and decides; a reply that is a tool call is
-  parsed (Hermes `<tool_call>` tags, fenced JSON or bare JSON), run, stored, and the model answers
-  again with the results.
+- `model`: the model is told about the `search` tool and decides: templates that know tools get it
+  declared natively, others get `TOOL_INSTRUCTIONS` in the system prompt. A reply that is a tool
+  call is parsed (Hermes `<tool_call>` tags, fenced JSON or bare JSON), run, stored, and the model
+  answers again with the results.
 - `off`: no research.
 """
 

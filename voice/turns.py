@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from fitting import FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
-from voice.research import TOOL_INSTRUCTIONS, Research, looks_like_tool_call, parse_tool_calls
+from voice.research import SEARCH_TOOL, TOOL_INSTRUCTIONS, Research, looks_like_tool_call, parse_tool_calls
 from voice.store import SessionStore, StoredMessage
 
 SUMMARY_WORDS = 120
@@ -160,12 +160,16 @@ class TurnEngine:
         """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
         for attempt in range(2):
             ask_model = self.research.policy == "model" and attempt == 0
-            with_tools = self.research.policy == "model"  # the same system prompt on both attempts
+            # The same declaration on both attempts keeps the prompt's prefix: native `tools` for
+            # templates that know them, instructions in the system prompt for the others.
+            with_tools = self.research.policy == "model"
+            tools = [SEARCH_TOOL] if with_tools and self.llm.knows_tools else None
             fit_started = time.perf_counter()
-            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools)
+            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools and not tools,
+                                             self.llm.tools_tokens(tools))
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
-            reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature)
+            reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature, tools)
             held, deciding = "", ask_model  # a reply that may be a tool call is held back, not streamed
             async for piece in self._stream(reply):
                 if cancel.is_set():
@@ -186,15 +190,15 @@ class TurnEngine:
             exchange = await asyncio.to_thread(self.research.run, calls)
             yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
 
-    def _fit(self, session_id: str, instructions: str | None, with_tools: bool) -> FitResult:
+    def _fit(self, session_id: str, instructions: str | None, with_tools: bool, tools_tokens: int = 0) -> FitResult:
         transcript = self.store.transcript(session_id)
         if instructions is not None:
             transcript[0] = {"role": "system", "content": instructions}
         if with_tools:
             transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{TOOL_INSTRUCTIONS}"}
         removed, summary = self.store.fit_state(session_id)
-        result = fit(transcript, self.budget, self.llm.measure, previous=removed, summary=summary,
-                     low_water=self.low_water)
+        result = fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
+                     low_water=self.low_water - tools_tokens)
         self.store.save_removed(session_id, result.removed)
         return result
 
