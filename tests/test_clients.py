@@ -170,3 +170,26 @@ def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, 
     heard = reply.message["content"]
     assert heard and len(heard) < len(spoken)  # trimmed to the second or so that was actually played
     assert spoken.startswith(heard.rstrip("…").split("…")[0][:20])
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")
+def test_the_page_asks_for_the_api_key_when_keys_are_set(make_server, tts, tmp_path):
+    from voice.store import owner_of
+
+    server = make_server(api_keys=["page-key"])
+    microphone = tmp_path / "silence.wav"
+    write_wav(microphone, bytes(48_000 * 2), 48_000)
+    browser = Chromium(f"http://127.0.0.1:{server.port}/", microphone, tmp_path / "profile")
+    try:
+        browser.wait_for("getComputedStyle(document.getElementById('key')).display === 'block'", 60)
+        assert browser.evaluate("window.parlour.phase") == "connecting"  # nothing without a key
+        browser.evaluate("document.getElementById('key-input').value = 'page-key';"
+                         "document.getElementById('key').requestSubmit(); true")
+        browser.wait_for("window.parlour.phase === 'idle' && window.parlour.sessionId", 60)
+        session_id = browser.evaluate("window.parlour.sessionId")
+        assert browser.evaluate("window.parlour.errors.length") == 0
+        # The page's connection acts for the key it was given, and for no other.
+        assert server.service.store.exists(session_id, owner_of("page-key"))
+        assert not server.service.store.exists(session_id, owner_of("other-key"))
+    finally:
+        browser.close()
