@@ -62,6 +62,8 @@ class Config:
 
 
 CHOICES = {"research": ("auto", "model", "off")}
+NUMBERS = {"int": (int, "a whole number"), "float": (float, "a number")}
+RANGES = {"port": (0, 65535), "temperature": (0, 2)}  # other numbers must be at least 1
 
 
 KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}
@@ -73,25 +75,17 @@ def default_config_file() -> Path:
 
 def _convert(key: str, value: object, origin: str) -> object:
     kind = KEYS[key]
-    if kind == "int":
+    if kind in NUMBERS:
+        parse, noun = NUMBERS[kind]
         if isinstance(value, bool):
-            raise ConfigError(f"{origin}: {key} must be a whole number, got {value!r}")
+            raise ConfigError(f"{origin}: {key} must be {noun}, got {value!r}")
         try:
-            number = int(value)  # type: ignore[arg-type]
+            number = parse(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ConfigError(f"{origin}: {key} must be a whole number, got {value!r}") from None
-        if number < (0 if key == "port" else 1) or (key == "port" and number > 65535):
-            raise ConfigError(f"{origin}: {key} is out of range: {number}")
-        return number
-    if kind == "float":
-        if isinstance(value, bool):
-            raise ConfigError(f"{origin}: {key} must be a number, got {value!r}")
-        try:
-            number = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ConfigError(f"{origin}: {key} must be a number, got {value!r}") from None
-        if not 0 <= number <= 2:
-            raise ConfigError(f"{origin}: {key} must be from 0 to 2, got {number}")
+            raise ConfigError(f"{origin}: {key} must be {noun}, got {value!r}") from None
+        low, high = RANGES.get(key, (1, None))
+        if number < low or (high is not None and number > high):
+            raise ConfigError(f"{origin}: {key} is out of range: {number} (from {low} to {high or 'any'})")
         return number
     if kind == "list[str]":
         if isinstance(value, str):  # from the environment or a flag: comma-separated
