@@ -122,6 +122,7 @@ class TurnEngine:
         queue_s = await self._acquire()
         figures: dict = {"queue_ms": _ms(queue_s)}
         delivered: list[str] = []
+        fits: list[FitResult] = []  # this turn's fits; the last one says what the prompt left out
         stored_reply = None
         try:
             research_started = time.perf_counter()
@@ -130,7 +131,7 @@ class TurnEngine:
                 yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
-            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures):
+            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits):
                 if event.kind == "delta":
                     if not delivered:
                         figures["ttft_ms"] = _ms(time.perf_counter() - started)
@@ -154,9 +155,10 @@ class TurnEngine:
         self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
         yield TurnEvent("done", stored=[stored_reply], figures=figures)
         if figures.get("dropped"):
-            self._in_background(self._summarize(session_id))
+            self._in_background(self._summarize(session_id, fits[-1].history_end))
 
-    async def _generate(self, session_id, cancel, instructions, max_tokens, figures) -> AsyncIterator[TurnEvent]:
+    async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
+                        fits: list[FitResult]) -> AsyncIterator[TurnEvent]:
         """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
         for attempt in range(2):
             ask_model = self.research.policy == "model" and attempt == 0
@@ -169,6 +171,7 @@ class TurnEngine:
                                              self.llm.tools_tokens(tools))
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
+            fits.append(result)
             reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature, tools)
             held, deciding = "", ask_model  # a reply that may be a tool call is held back, not streamed
             async for piece in self._stream(reply):
@@ -208,15 +211,12 @@ class TurnEngine:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _summarize(self, session_id: str) -> None:
-        """Summarize the exchanges the last fit dropped, so the next turn can use the summary."""
+    async def _summarize(self, session_id: str, end: int) -> None:
+        """Summarize the transcript up to `end`, where the turn's fit stopped keeping exchanges, so
+        the next turn can use the summary instead of dropping them. The session only grows, so the
+        indices still hold."""
         transcript = self.store.transcript(session_id)
-        removed, summary = self.store.fit_state(session_id)
-        result = await asyncio.to_thread(
-            fit, transcript, self.budget, self.llm.measure, previous=removed, summary=summary,
-            low_water=self.low_water,
-        )
-        end = result.history_end
+        _removed, summary = self.store.fit_state(session_id)
         if not end or (summary and summary.start == 1 and summary.end >= end):
             return
         start = summary.end if summary and summary.start == 1 else 1
