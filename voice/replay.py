@@ -12,8 +12,7 @@ from pathlib import Path
 
 from fitting import FitResult, estimate, fit
 from models.llm import tool_call_text
-
-SUMMARY_REPLY_TOKENS = 200
+from voice.turns import SUMMARY_REPLY_TOKENS
 
 
 class ReplayError(ValueError):
