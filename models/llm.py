@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool_call_id
@@ -97,6 +98,31 @@ def as_plain_text(messages: list[Message]) -> list[Message]:
     return plain
 
 
+def _for_template(message: Message) -> Message:
+    """A message as chat templates expect it: content a string, and tool-call arguments an object
+    (templates apply `tojson` to them; a JSON string would be encoded twice)."""
+    shaped = {**message, "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        shaped["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments"))}}
+            for call in message["tool_calls"]
+        ]
+    return shaped
+
+
+def _arguments(arguments: object) -> object:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+def _tojson(value: object, indent: int | None = None) -> Markup:
+    return Markup(json.dumps(value, ensure_ascii=False, indent=indent))
+
+
 def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
@@ -117,9 +143,11 @@ class LanguageModel:
         source = metadata.get("tokenizer.chat_template")
         if not source:
             raise ValueError(f"{self.path} has no chat template in its metadata")
-        self._template = ImmutableSandboxedEnvironment(
-            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True
-        ).from_string(source)
+        environment = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True)
+        # Templates are written for transformers' `tojson`, which does not HTML-escape: Jinja's own
+        # would turn a "<" in tool arguments into "\u003c", text the model never saw in training.
+        environment.filters["tojson"] = _tojson
+        self._template = environment.from_string(source)
         self.knows_tools = "tool_calls" in source
         vocab_token = lambda key: self._llm.detokenize([int(metadata[key])], special=True).decode(
             "utf-8", "replace") if key in metadata else ""
@@ -128,14 +156,17 @@ class LanguageModel:
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
         self._lock = threading.Lock()
         self._counts: OrderedDict[str, int] = OrderedDict()
-        self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([], generation_prompt=True)))
+        # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
+        # around a stub system message, since templates such as Qwen's read messages[0].
+        self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([_STUB_SYSTEM], True))) - len(
+            self._tokenize(self._render([_STUB_SYSTEM], False)))
 
     # Rendering and counting -------------------------------------------------------------------
     def _render(self, messages: list[Message], generation_prompt: bool, tools: list[dict] | None = None) -> str:
         if not self.knows_tools:
             messages = as_plain_text(messages)
         else:
-            messages = [{**m, "content": m.get("content") or ""} for m in messages]
+            messages = [_for_template(m) for m in messages]
         return self._template.render(
             messages=messages, add_generation_prompt=generation_prompt, bos_token=self._bos_text,
             eos_token=self._eos_text, raise_exception=_raise, tools=tools if self.knows_tools else None,
@@ -161,7 +192,9 @@ class LanguageModel:
 
     def tools_tokens(self, tools: list[dict] | None) -> int:
         """What declaring `tools` adds to a prompt (0 for templates that know no tools)."""
-        return self.count([], tools) - self.count([]) if tools and self.knows_tools else 0
+        if not tools or not self.knows_tools:
+            return 0
+        return self.count([_STUB_SYSTEM], tools) - self.count([_STUB_SYSTEM])
 
     def count_message(self, message: Message) -> int:
         """Tokens this message adds to a prompt that starts with a system message. Cached by content."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from models.llm import LanguageModel
+from models.weights import DEFAULT_PROFILE, PROFILES, resolve
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
 from tests.realtime import RunningServer
@@ -51,3 +53,22 @@ def make_server(tmp_path, llm, stt, tts):
 @pytest.fixture
 def server(make_server):
     return make_server()
+
+
+@pytest.fixture(scope="session")
+def tiny_llm():
+    """The smollm2-135m profile: ChatML, a template that knows no tools."""
+    return LanguageModel(resolve("llm", "smollm2-135m"), context=4096, threads=2)
+
+
+@pytest.fixture(scope="session", params=sorted(PROFILES))
+def profile_llm(request, llm, tiny_llm):
+    """Each installed language model profile in turn (the default is the session's `llm`)."""
+    profile = PROFILES[request.param]
+    if not profile.installed():
+        pytest.skip(f"{profile.name} is not installed")
+    if profile.name == DEFAULT_PROFILE:
+        return llm
+    if profile.name == "smollm2-135m":
+        return tiny_llm
+    return LanguageModel(resolve("llm", profile.name), context=4096, threads=2)

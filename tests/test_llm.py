@@ -33,31 +33,52 @@ def test_answers_the_capital_of_france(llm):
     assert "Paris" in reply
 
 
-def test_count_is_the_token_length_of_the_rendered_prompt(llm):
-    text = llm.render(RESEARCH)
-    direct = llm._llm.tokenize(text.encode(), add_bos=True, special=True)
-    assert llm.count(RESEARCH) == len(direct) == len(llm.tokens(RESEARCH))
-    assert text.endswith("<|im_start|>assistant\n")
+def test_count_is_the_token_length_of_the_rendered_prompt_for_every_installed_profile(profile_llm):
+    for messages in (RESEARCH, RESEARCH[:2], [RESEARCH[1]]):
+        text = profile_llm.render(messages)
+        direct = profile_llm._llm.tokenize(text.encode(), add_bos=True, special=True)
+        bos = profile_llm._llm.tokenize(b"", add_bos=True, special=True)
+        if bos and direct[:2] == bos * 2:  # the template wrote BOS itself; tokenize added a second
+            direct = direct[1:]
+        assert profile_llm.count(messages) == len(direct) == len(profile_llm.tokens(messages))
+        assert text.endswith("<|im_start|>assistant\n")
 
 
-def test_per_message_counts_add_up_to_the_prompt(llm):
+def test_per_message_counts_add_up_to_the_prompt(profile_llm):
     simple = [m for m in RESEARCH if m["role"] in ("system", "user")][:2] + [
         {"role": "assistant", "content": "It is in Paris."}, {"role": "user", "content": "How tall?"}]
-    assert llm.measure(simple) == llm.count(simple)
+    assert profile_llm.measure(simple) == profile_llm.count(simple)
     # Parallel tool results merge into one message when rendered, so per-message counts may only overcount.
-    assert 0 <= llm.measure(RESEARCH) - llm.count(RESEARCH) <= 8
-    assert all(llm.count_message(m) > 0 for m in RESEARCH)
+    assert 0 <= profile_llm.measure(RESEARCH) - profile_llm.count(RESEARCH) <= 8
+    assert all(profile_llm.count_message(m) > 0 for m in RESEARCH)
 
 
-def test_tool_exchanges_render_as_plain_text_for_chatml(llm):
-    assert not llm.knows_tools
+def test_the_default_template_gets_tool_exchanges_natively(llm):
+    from voice.research import SEARCH_TOOL
+
+    assert llm.knows_tools
+    text = llm.render(RESEARCH, tools=[SEARCH_TOOL])
+    declared, conversation = text.split("<|im_start|>user", 1)
+    assert '"name": "search"' in declared and "<tools>" in declared
+    # Arguments reach the template as an object, so its tojson writes them once, not as a string.
+    assert '<tool_call>\n{"name": "search", "arguments": {"query": "Eiffel"}}\n</tool_call>' in conversation
+    assert conversation.count("<tool_response>") == 2
+    stub = [{"role": "system", "content": "."}]
+    assert llm.tools_tokens([SEARCH_TOOL]) == llm.count(stub, [SEARCH_TOOL]) - llm.count(stub) > 100
+    assert llm.tools_tokens(None) == 0
+
+
+def test_tool_exchanges_render_as_plain_text_for_chatml(tiny_llm):
+    from voice.research import SEARCH_TOOL
+
+    assert not tiny_llm.knows_tools and tiny_llm.tools_tokens([SEARCH_TOOL]) == 0
     plain = as_plain_text(RESEARCH)
     assert [m["role"] for m in plain] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert "search" in plain[2]["content"] and "Paris, France" in plain[3]["content"]
     assert "capital of France" in plain[3]["content"]
-    reply = llm.stream(RESEARCH, max_tokens=8)
+    reply = tiny_llm.stream(RESEARCH, max_tokens=8)
     assert reply.text()
-    assert reply.stats.prompt_tokens == llm.count(RESEARCH)
+    assert reply.stats.prompt_tokens == tiny_llm.count(RESEARCH)
 
 
 def test_a_cancelled_stream_stops(llm):
@@ -101,48 +122,19 @@ STRICT_TEMPLATE = (
 )
 
 
-def test_strict_templates_get_alternating_roles_and_per_message_counts(llm):
+def test_strict_templates_get_alternating_roles_and_per_message_counts(tiny_llm):
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    original = llm._template
-    llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(STRICT_TEMPLATE)
-    llm._counts.clear()
+    original = tiny_llm._template
+    tiny_llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(STRICT_TEMPLATE)
+    tiny_llm._counts.clear()
     try:
         # Results followed by the next question would be two user turns in a row without the join.
         messages = RESEARCH[:5] + [{"role": "user", "content": "And its height?"}]
-        text = llm.render(messages)
+        text = tiny_llm.render(messages)
         assert text.count("<|im_start|>user") == 2  # the question, then the results joined with the follow-up
-        assert all(llm.count_message(m) > 0 for m in messages)  # an assistant reply measured after a stub question
-        assert llm.count(messages) > 0
+        assert all(tiny_llm.count_message(m) > 0 for m in messages)  # an assistant reply measured after a stub question
+        assert tiny_llm.count(messages) > 0
     finally:
-        llm._template = original
-        llm._counts.clear()
-
-
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\\nTools: {{ tools | tojson }}<|im_end|>\\n{% endif %}"
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\\n{{ m['content'] }}"
-    "{% for c in m.get('tool_calls') or [] %}<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}"
-    "<|im_end|>\\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}"
-)
-
-
-def test_templates_that_know_tools_get_them_natively(llm):
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    from voice.research import SEARCH_TOOL
-
-    original, knew = llm._template, llm.knows_tools
-    llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(TOOLS_TEMPLATE)
-    llm.knows_tools = True
-    llm._counts.clear()
-    try:
-        text = llm.render(RESEARCH, tools=[SEARCH_TOOL])
-        assert '"name": "search"' in text.split("<|im_start|>user")[0]  # declared before the conversation
-        assert "<tool_call>" in text and "<|im_start|>tool" in text  # the exchange in the template's own form
-        assert llm.tools_tokens([SEARCH_TOOL]) == llm.count([], [SEARCH_TOOL]) - llm.count([]) > 20
-        assert llm.tools_tokens(None) == 0
-    finally:
-        llm._template, llm.knows_tools = original, knew
-        llm._counts.clear()
-    assert llm.tools_tokens([SEARCH_TOOL]) == 0  # ChatML knows no tools: nothing is declared
+        tiny_llm._template = original
+        tiny_llm._counts.clear()

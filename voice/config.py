@@ -31,7 +31,7 @@ DEFAULT_INSTRUCTIONS = (
 
 @dataclass
 class Config:
-    llm_model: str = ""  # a GGUF file; empty means the default SmolLM2 weights
+    llm_model: str = ""  # a profile name (models.weights.PROFILES) or a GGUF file; empty: the default profile
     stt_model: str = ""  # a faster-whisper model directory; empty means tiny.en
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens

@@ -9,7 +9,7 @@ from pathlib import Path
 from models.llm import LanguageModel
 from models.stt import SpeechToText
 from models.tts import TextToSpeech
-from models.weights import require, resolve
+from models.weights import SPEECH, llm_profile, require, resolve
 from voice.config import Config
 
 
@@ -44,6 +44,15 @@ ENGINES: dict[str, tuple[Callable[[Config], Path], Callable[[Config], object]]] 
     "stt": (stt_path, load_stt),
     "tts": (tts_path, load_tts),
 }
+
+
+def describe(engine: str, config: Config) -> str:
+    """What the configured model of an engine is, for people ("faster-whisper tiny.en (int8)")."""
+    configured = getattr(config, {"llm": "llm_model", "stt": "stt_model", "tts": "tts_voice"}[engine])
+    if engine == "llm":
+        profile = llm_profile(configured)
+        return f"{profile.name}: {profile.description}" if profile else "a GGUF file (llm_model)"
+    return SPEECH[engine].description if not configured else f"configured ({SPEECH[engine].option})"
 
 
 def timed_load(engine: str, config: Config) -> tuple[Path, object, float]:

@@ -4,7 +4,7 @@
   message with a `search` tool call and the tool result answering it.
 - `model`: the model is told about the `search` tool and decides: templates that know tools get it
   declared natively, others get `TOOL_INSTRUCTIONS` in the system prompt. A reply that is a tool
-  call is parsed (Hermes `<tool_call>` tags, fenced JSON or bare JSON), run, stored, and the model
+  call is parsed (`models.tool_calls`: every shape small models write), run, stored, and the model
   answers again with the results.
 - `off`: no research.
 """
@@ -12,9 +12,8 @@
 from __future__ import annotations
 
 import json
-import re
-import uuid
 
+from models.tool_calls import new_call
 from voice.knowledge import KnowledgeBase, format_results
 
 SEARCH_TOOL = {
@@ -36,48 +35,16 @@ TOOL_INSTRUCTIONS = (
     "Otherwise answer directly."
 )
 
-_TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*(?:</tool_call>|$)", re.S)
-_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
 
-
-def parse_tool_calls(text: str) -> list[dict]:
-    """Search calls in a model's reply, as OpenAI `tool_calls`; [] when the reply is an answer."""
-    stripped = text.strip()
-    candidates = _TAGGED.findall(stripped) or _FENCED.findall(stripped)
-    if not candidates and stripped.startswith("{"):
-        candidates = [stripped]
-    calls = []
-    for candidate in candidates:
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict) or data.get("name") != "search":
-            continue
-        arguments = data.get("arguments", data.get("parameters", {}))
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                arguments = {"query": arguments}
-        query = arguments.get("query") if isinstance(arguments, dict) else None
-        if isinstance(query, str) and query.strip():
-            calls.append(tool_call(query.strip()))
-    return calls
-
-
-def tool_call(query: str) -> dict:
-    return {
-        "id": f"call_{uuid.uuid4().hex[:16]}",
-        "type": "function",
-        "function": {"name": "search", "arguments": json.dumps({"query": query})},
-    }
-
-
-def looks_like_tool_call(start: str) -> bool:
-    """Whether a reply's first characters may begin a tool call (so it must not be streamed yet)."""
-    start = start.lstrip()
-    return any(marker.startswith(start[: len(marker)]) for marker in ("<tool_call>", "{", "```"))
+def search_calls(calls: list[dict]) -> list[dict]:
+    """The calls that name the search tool with a usable query (others are not run)."""
+    usable = []
+    for call in calls:
+        arguments = json.loads(call["function"]["arguments"])
+        query = arguments.get("query")
+        if call["function"]["name"] == "search" and isinstance(query, str) and query.strip():
+            usable.append(call)
+    return usable
 
 
 class Research:
@@ -101,4 +68,4 @@ class Research:
         """The `auto` policy's tool exchange for a question ([] under other policies)."""
         if self.policy != "auto" or not question.strip():
             return []
-        return self.run([tool_call(question)])
+        return self.run([new_call("search", {"query": question})])

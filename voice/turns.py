@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from fitting import FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
-from voice.research import SEARCH_TOOL, TOOL_INSTRUCTIONS, Research, looks_like_tool_call, parse_tool_calls
+from models.tool_calls import CallScanner
+from voice.research import SEARCH_TOOL, TOOL_INSTRUCTIONS, Research, search_calls
 from voice.store import SessionStore, StoredMessage
 
 SUMMARY_WORDS = 120
@@ -173,22 +174,25 @@ class TurnEngine:
             figures.update(_fit_figures(result))
             fits.append(result)
             reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature, tools)
-            held, deciding = "", ask_model  # a reply that may be a tool call is held back, not streamed
+            # With the tool offered, anything that may begin a call is held back rather than spoken;
+            # on the second attempt a call is not run again, only kept out of the reply.
+            scanner = CallScanner(["search"]) if with_tools else None
             async for piece in self._stream(reply):
                 if cancel.is_set():
                     reply.cancel()
                     break
-                if deciding:
-                    held += piece
-                    if looks_like_tool_call(held):
-                        continue
-                    deciding, piece, held = False, held, ""
-                yield TurnEvent("delta", text=piece)
+                if scanner is not None:
+                    piece = scanner.feed(piece)
+                if piece:
+                    yield TurnEvent("delta", text=piece)
             _stats_figures(reply, figures)
-            calls = parse_tool_calls(held) if deciding and held else []
+            if scanner is None or cancel.is_set():
+                return
+            parsed = scanner.finish()
+            calls = search_calls(parsed.calls) if ask_model else []
             if not calls:
-                if held and not cancel.is_set():
-                    yield TurnEvent("delta", text=held)
+                if parsed.text:
+                    yield TurnEvent("delta", text=parsed.text)
                 return
             exchange = await asyncio.to_thread(self.research.run, calls)
             yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
