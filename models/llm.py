@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+import numpy as np
 from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -31,6 +32,9 @@ Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
+
+
+CALL_OPENINGS = ("{", "[", "```", "<tool")
 
 
 class ContextOverflow(ValueError):
@@ -130,11 +134,15 @@ def _raise(message: str) -> None:
 class LanguageModel:
     """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
 
-    def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0):
+    def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
+                 repeat_penalty: float = 1.0):
         from llama_cpp import Llama
 
         self.path = Path(model_path)
         self.context = context
+        # 1.0 (off) by measurement: at 1.1 the small Qwen models got arithmetic wrong that they got
+        # right without it (scripts/eval_model.py).
+        self.repeat_penalty = repeat_penalty
         self._llm = Llama(
             model_path=str(self.path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
             seed=seed, verbose=False,
@@ -156,6 +164,7 @@ class LanguageModel:
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
         self._lock = threading.Lock()
         self._counts: OrderedDict[str, int] = OrderedDict()
+        self._openers: np.ndarray | None = None
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([_STUB_SYSTEM], True))) - len(
@@ -232,20 +241,43 @@ class LanguageModel:
     # Generation -------------------------------------------------------------------------------
     def stream(
         self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
-        tools: list[dict] | None = None,
+        tools: list[dict] | None = None, open_with_call: bool = True,
     ) -> ReplyStream:
+        """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
+        reply from starting with anything that opens a tool call (a reply after the results)."""
         prompt = self.tokens(messages, tools)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))
-        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply)
+        banned = None if open_with_call else self._call_openers()
+        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply, banned)
         return reply
+
+    def _call_openers(self) -> np.ndarray:
+        """Token ids whose text begins a tool call ("{", "[", "```", "<tool..."), found once."""
+        with self._lock:
+            if self._openers is None:
+                ids = [token for token in range(self._llm.n_vocab())
+                       if self._llm.detokenize([token], special=True).decode("utf-8", "ignore").lstrip()
+                       .startswith(CALL_OPENINGS)]
+                self._openers = np.array(ids, dtype=np.int64)
+        return self._openers
 
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
-    def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream) -> Iterator[str]:
-        from llama_cpp import llama_vocab_is_eog
+    def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
+                  banned_first: np.ndarray | None = None) -> Iterator[str]:
+        from llama_cpp import LogitsProcessorList, llama_vocab_is_eog
+
+        processors = None
+        if banned_first is not None and len(banned_first):
+            def ban_at_start(input_ids, scores):
+                if len(input_ids) == len(prompt):
+                    scores[banned_first] = -np.inf
+                return scores
+
+            processors = LogitsProcessorList([ban_at_start])
 
         stats = reply.stats
         with self._lock:
@@ -264,7 +296,8 @@ class LanguageModel:
             pending = b""
             stats.finish_reason = "length"
             tokens = llm.generate(
-                prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, reset=True
+                prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=self.repeat_penalty,
+                reset=True, logits_processor=processors,
             )
             try:
                 for token in tokens:

@@ -1,10 +1,12 @@
 """Tool calls the way small models really write them, turned into OpenAI `tool_calls`.
 
 One parser for every shape seen from local models: Hermes `<tool_call>{...}</tool_call>` tags (a
-missing closing tag too), a bare JSON object, a ```json fence, the doubled braces `{{...}}` that
+missing closing tag too, or `<tools>` instead), a bare JSON object, a ```json fence, the doubled braces `{{...}}` that
 Qwen's template shows in its own instructions, `{"function": {...}}` wrappers and JSON lists; several
-calls in one reply; and a reply that is half text, half call. Objects that name no offered tool are
-taken out of the text (they are call-shaped noise, never words to speak) but not returned as calls.
+calls in one reply; a reply that is half text, half call; and, for tools that take one string, a call
+described in words ('you can use the search function with the query "boiler code"'), which is how
+Qwen2.5-Coder-1.5B most often asks for a search. Objects that name no offered tool are taken out of
+the text (they are call-shaped noise, never words to speak) but not returned as calls.
 
 `CallScanner` does the same for a streamed reply: text before anything that may start a call is
 released at once; from a possible call on, the rest is held and parsed when the reply ends.
@@ -15,18 +17,20 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 _DECODER = json.JSONDecoder()
-_MARKUP = re.compile(r"</?tool_call>|```(?:json)?")
-MARKERS = ("<tool_call>", "```", "{", "[{")
+_MARKUP = re.compile(r"</?tool(?:_call|s)?>|```(?:json)?")
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+MARKERS = ("<tool", "```", "{", "[{")  # "<tool" also starts the <tools> that Qwen sometimes writes
 
 
 @dataclass
 class ParsedReply:
     text: str  # the reply's words with the calls and their markup taken out
-    calls: list[dict] = field(default_factory=list)  # OpenAI tool_calls, in the reply's order
+    calls: list[dict] = field(default_factory=list)  # OpenAI tool_calls to offered tools, in order
+    unknown: list[dict] = field(default_factory=list)  # calls to tools that were never offered
 
 
 def new_call(name: str, arguments: dict) -> dict:
@@ -55,8 +59,8 @@ def _as_call(data: object) -> tuple[str, dict] | None:
     return name, arguments
 
 
-def _scan(text: str, names: Collection[str]) -> tuple[list[dict], list[tuple[int, int]]]:
-    """Calls found in `text` and the spans of every call-shaped object (offered or not)."""
+def _scan(text: str) -> tuple[list[dict], list[tuple[int, int]]]:
+    """Every call-shaped object in `text`, as calls, and their spans."""
     calls, spans = [], []
     position = 0
     while (start := text.find("{", position)) != -1:
@@ -70,8 +74,7 @@ def _scan(text: str, names: Collection[str]) -> tuple[list[dict], list[tuple[int
             position = start + 1
             continue
         spans.append((start, end))
-        if found[0] in names:
-            calls.append(new_call(*found))
+        calls.append(new_call(*found))
         position = end
     return calls, spans
 
@@ -88,34 +91,57 @@ def _leftover(text: str, spans: list[tuple[int, int]]) -> str:
     return re.sub(r"[ \t]*\n\s*\n\s*", "\n\n", left).strip()
 
 
-def parse_tool_calls(text: str, names: Collection[str]) -> ParsedReply:
-    """Split a model's reply into its words and its calls to the tools in `names`."""
-    calls, spans = _scan(text, names)
+def _described(text: str, described: Mapping[str, str]) -> list[dict]:
+    """Calls written out in words: the tool's name, then within a few words a quoted argument."""
+    calls = []
+    for name, parameter in described.items():
+        pattern = rf"\b{re.escape(name)}\b[^.\"\n]{{0,60}}?\"([^\"\n]{{2,120}})\""
+        calls += [new_call(name, {parameter: match.strip()}) for match in re.findall(pattern, text, re.I)[:1]]
+    return calls
+
+
+def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, str] | None = None) -> ParsedReply:
+    """Split a model's reply into its words and its calls to the tools in `names`. `described` maps
+    tools that take one string to that parameter's name, so that a call written in words counts."""
+    calls, spans = _scan(text)
+    if not spans and described and (calls := _described(text, described)):
+        return ParsedReply("", calls)
     if not spans and "{{" in text:  # Qwen's template shows its call format with doubled braces
         undoubled = text.replace("{{", "{").replace("}}", "}")
-        calls, spans = _scan(undoubled, names)
+        calls, spans = _scan(undoubled)
         if spans:
             text = undoubled
-    return ParsedReply(_leftover(text, spans), calls)
+    offered = [call for call in calls if call["function"]["name"] in names]
+    unknown = [call for call in calls if call["function"]["name"] not in names]
+    return ParsedReply(_leftover(text, spans), offered, unknown)
 
 
 class CallScanner:
     """A streamed reply: `feed` returns the text that can be shown now; `finish` parses the rest.
 
     Text is released up to the first place that may begin a call (a marker, or the start of one at
-    the end of what has arrived); from a marker on, everything is held until the reply ends.
+    the end of what has arrived); from a marker on, everything is held until the reply ends. With
+    `described` tools, the first sentence is held until it ends, since it may be a call in words.
     """
 
-    def __init__(self, names: Collection[str]):
-        self.names = names
+    def __init__(self, names: Collection[str], described: Mapping[str, str] | None = None):
+        self.names, self.described = names, described or {}
         self._text = ""
         self._released = 0
         self._holding = False
+        self._first_sentence = bool(self.described)
 
     def feed(self, piece: str) -> str:
         self._text += piece
         if self._holding:
             return ""
+        if self._first_sentence:
+            if not _SENTENCE_END.search(self._text):
+                return ""
+            self._first_sentence = False
+            if _described(self._text, self.described):
+                self._holding = True
+                return ""
         pending = self._text[self._released:]
         cut = len(pending)
         for marker in MARKERS:
@@ -137,4 +163,4 @@ class CallScanner:
 
     def finish(self) -> ParsedReply:
         """The held text parsed: its words (to show now) and its calls."""
-        return parse_tool_calls(self._text[self._released:], self.names)
+        return parse_tool_calls(self._text[self._released:], self.names, self.described)

@@ -15,7 +15,6 @@ This prints figures; it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
-import base64
 import statistics
 import sys
 import tempfile
@@ -94,12 +93,7 @@ def main() -> None:
     for n in range(args.turns):
         topic = TOPICS[n % len(TOPICS)]
         clip = b"".join(tts.synthesize(f"What do my notes say about the {topic}?"))
-        for start in range(0, len(clip), 9_600):
-            client.send({"type": "input_audio_buffer.append",
-                         "audio": base64.b64encode(clip[start:start + 9_600]).decode()})
-        client.send({"type": "input_audio_buffer.commit"})
-        client.send({"type": "response.create", "response": {"output_modalities": ["audio"]}})
-        events = client.until("response.done")
+        events = client.speak(clip, max_tokens=96)
         metadata = done(events)["metadata"]
         transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
         sentences = Sentences()

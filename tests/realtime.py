@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 from dataclasses import replace
@@ -101,6 +102,20 @@ class Client:
         self.say(text)
         self.send({"type": "response.create",
                    "response": {"output_modalities": ["text"], "max_output_tokens": max_tokens, **response}})
+        return self.until("response.done")
+
+    def append_audio(self, pcm: bytes, chunk: int = 9_600) -> None:
+        """PCM16 24 kHz audio as input_audio_buffer.append events of 200 ms each."""
+        for start in range(0, len(pcm), chunk):
+            self.send({"type": "input_audio_buffer.append",
+                       "audio": base64.b64encode(pcm[start:start + chunk]).decode()})
+
+    def speak(self, pcm: bytes, max_tokens: int = 40) -> list[dict]:
+        """A push-to-talk turn: the audio, commit, a spoken response; the events through response.done."""
+        self.append_audio(pcm)
+        self.send({"type": "input_audio_buffer.commit"})
+        self.send({"type": "response.create",
+                   "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
         return self.until("response.done")
 
     def close(self) -> None:

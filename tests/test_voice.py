@@ -35,21 +35,9 @@ def speech(tts):
     return make
 
 
-def append_all(client: Client, pcm: bytes, chunk: int = 9_600) -> None:
-    for start in range(0, len(pcm), chunk):
-        client.send({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[start:start + chunk]).decode()})
-
-
-def spoken_turn(client: Client, pcm: bytes, max_tokens: int = 40) -> list[dict]:
-    append_all(client, pcm)
-    client.send({"type": "input_audio_buffer.commit"})
-    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
-    return client.until("response.done")
-
-
 def start_long_reply(client: Client, speech) -> list[dict]:
     """Ask for a long story and return the events up to its first audio."""
-    append_all(client, speech("Tell me a long story about a lighthouse keeper."))
+    client.append_audio(speech("Tell me a long story about a lighthouse keeper."))
     client.send({"type": "input_audio_buffer.commit"})
     client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 250}})
     return client.until("response.output_audio.delta")
@@ -117,7 +105,7 @@ def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
 
 def test_first_audio_leaves_after_the_first_sentence_not_the_whole_reply(server, speech):
     client = Client(server.url())
-    events = spoken_turn(client, speech("Tell me a story about a cat."), max_tokens=60)
+    events = client.speak(speech("Tell me a story about a cat."), max_tokens=60)
     kinds = [e["type"] for e in events]
     sentences = Sentences()
     complete = [s for s in sentences.feed(reply_transcript(events)) + [sentences.flush()] if s]
@@ -129,8 +117,8 @@ def test_first_audio_leaves_after_the_first_sentence_not_the_whole_reply(server,
 
 def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
     client = Client(server.url())
-    spoken_turn(client, speech("My dog is called Biscuit."))
-    second = done(spoken_turn(client, speech("What is my dog called?")))
+    client.speak(speech("My dog is called Biscuit."))
+    second = done(client.speak(speech("What is my dog called?")))
     transcript = server.service.store.transcript(client.session_id)
     assert "biscuit" in words(transcript[1]["content"])
     assert int(second["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
@@ -149,7 +137,7 @@ def test_cancel_mid_reply_stops_speech_and_stores_what_was_sent(server, speech):
     assert stored.status == "interrupted"
     assert stored.message["content"] == reply_transcript(events)
     assert int(response["metadata"]["completion_tokens"]) < 250
-    assert done(spoken_turn(client, speech("Thank you.")))["status"] == "completed"  # still usable
+    assert done(client.speak(speech("Thank you.")))["status"] == "completed"  # still usable
     client.close()
 
 
@@ -158,7 +146,7 @@ def test_truncate_trims_the_stored_reply_to_what_was_heard(server, speech):
     client.send({"type": "session.update", "session": {
         "instructions": "Answer with three short sentences."}})
     client.until("session.updated")
-    events = spoken_turn(client, speech("Tell me about the moon."), max_tokens=60)
+    events = client.speak(speech("Tell me about the moon."), max_tokens=60)
     item_id = done(events)["output"][0]["id"]
     total_ms = len(reply_audio(events)) // 48
     client.send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
@@ -205,13 +193,13 @@ def test_bad_audio_input_gets_errors_and_the_next_turn_is_served(make_server, sp
         client.send(event)
         error = client.recv()
         assert error["type"] == "error" and error["error"]["code"] == code, (event, error)
-    append_all(client, bytes(48_000))  # a second of silence
+    client.append_audio(bytes(48_000))  # a second of silence
     client.send({"type": "input_audio_buffer.commit"})
     assert client.recv()["error"]["code"] == "no_speech"
-    append_all(client, speech("Hello."))
+    client.append_audio(speech("Hello."))
     client.send({"type": "input_audio_buffer.clear"})
     assert client.recv()["type"] == "input_audio_buffer.cleared"
-    assert done(spoken_turn(client, speech("Good morning.")))["status"] == "completed"
+    assert done(client.speak(speech("Good morning.")))["status"] == "completed"
     assert [m.message["role"] for m in server.service.store.messages(client.session_id)] == ["user", "assistant"]
     client.close()
 
@@ -255,7 +243,7 @@ def test_a_disconnect_mid_reply_keeps_the_question_and_what_was_sent(server, spe
     assert stored[1].figures["completion_tokens"] < 250  # the model stopped when the listener left
     # ...and the session carries on where it stopped.
     resumed = Client(server.url(session_id))
-    assert done(spoken_turn(resumed, speech("Go on.")))["status"] == "completed"
+    assert done(resumed.speak(speech("Go on.")))["status"] == "completed"
     resumed.close()
 
 

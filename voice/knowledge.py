@@ -206,8 +206,14 @@ class KnowledgeBase:
         return files, chunks
 
 
+ANSWER_FROM_RESULTS = "Answer the question from these passages."
+NO_RESULTS = "No results in the knowledge base."
+
+
 def format_results(results: list[SearchResult]) -> str:
     """The search tool's result as the model reads it."""
     if not results:
-        return "No results in the knowledge base."
-    return "\n\n".join(f"[{n}] {r.title} ({Path(r.path).name})\n{r.text}" for n, r in enumerate(results, 1))
+        return NO_RESULTS
+    passages = "\n\n".join(f"[{n}] {r.title} ({Path(r.path).name})\n{r.text}" for n, r in enumerate(results, 1))
+    # Without this line the small models often repeat the call instead of answering (eval_model.py).
+    return f"{passages}\n\n{ANSWER_FROM_RESULTS}"

@@ -14,37 +14,32 @@ from __future__ import annotations
 import json
 
 from models.tool_calls import new_call
-from voice.knowledge import KnowledgeBase, format_results
+from voice.knowledge import NO_RESULTS, KnowledgeBase, format_results
 
 SEARCH_TOOL = {
     "type": "function",
     "function": {
         "name": "search",
-        "description": "Search the user's local knowledge base. Returns a few passages.",
+        # Worded by measurement (scripts/eval_model.py): saying what the notes hold, and what they
+        # are not for, keeps the small models from searching for arithmetic and general knowledge.
+        "description": "Search the user's personal notes: appointments, codes, contacts, plans and documents. "
+                       "Only for the user's own information, never for general knowledge or arithmetic.",
         "parameters": {
             "type": "object",
-            "properties": {"query": {"type": "string", "description": "what to look for"}},
+            "properties": {"query": {"type": "string", "description": "keywords to look for"}},
             "required": ["query"],
         },
     },
 }
 
+# The system prompt's addition under the `model` policy for templates that cannot declare tools.
 TOOL_INSTRUCTIONS = (
     "You can search the user's notes. To search, reply with only this line and nothing else:\n"
     '<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>\n'
-    "Otherwise answer directly."
+    "Search for questions about the user's own appointments, codes, passwords, home or plans; "
+    "answer everything else directly."
 )
-
-
-def search_calls(calls: list[dict]) -> list[dict]:
-    """The calls that name the search tool with a usable query (others are not run)."""
-    usable = []
-    for call in calls:
-        arguments = json.loads(call["function"]["arguments"])
-        query = arguments.get("query")
-        if call["function"]["name"] == "search" and isinstance(query, str) and query.strip():
-            usable.append(call)
-    return usable
+DESCRIBED = {"search": "query"}  # a search asked for in words: 'search ... with the query "..."'
 
 
 class Research:
@@ -55,14 +50,28 @@ class Research:
         self.knowledge = knowledge
         self.results = results
 
-    def run(self, calls: list[dict]) -> list[dict]:
-        """The assistant message holding `calls` and the tool results answering each."""
-        messages: list[dict] = [{"role": "assistant", "content": None, "tool_calls": calls}]
-        for call in calls:
-            query = json.loads(call["function"]["arguments"]).get("query", "")
-            found = self.knowledge.search(query, self.results) if self.knowledge else []
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": format_results(found)})
+    def run(self, calls: list[dict], found_only: bool = False) -> list[dict]:
+        """The assistant message holding `calls` and the tool results answering each. With
+        `found_only`, calls that found nothing (or name a tool that does not exist) are left out,
+        and [] means none found anything."""
+        answers = [(call, self._answer(call)) for call in calls]
+        if found_only:
+            answers = [(call, answer) for call, answer in answers if answer is not None]
+            if not answers:
+                return []
+        messages: list[dict] = [{"role": "assistant", "content": None, "tool_calls": [c for c, _ in answers]}]
+        for call, answer in answers:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer or NO_RESULTS})
         return messages
+
+    def _answer(self, call: dict) -> str | None:
+        """The search results as the model reads them; None when there are none, or when the call
+        names a tool that does not exist or has no query (small models invent tools such as `add`)."""
+        query = json.loads(call["function"]["arguments"]).get("query")
+        if call["function"]["name"] != "search" or not isinstance(query, str) or not query.strip():
+            return None
+        found = self.knowledge.search(query, self.results) if self.knowledge else []
+        return format_results(found) if found else None
 
     def for_question(self, question: str) -> list[dict]:
         """The `auto` policy's tool exchange for a question ([] under other policies)."""
