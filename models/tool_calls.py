@@ -111,6 +111,8 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
         calls, spans = _scan(undoubled)
         if spans:
             text = undoubled
+    if not spans and text.lstrip().startswith("<tool"):  # a call cut off by the length limit
+        return ParsedReply("", [], [new_call("unreadable", {})])
     offered = [call for call in calls if call["function"]["name"] in names]
     unknown = [call for call in calls if call["function"]["name"] not in names]
     return ParsedReply(_leftover(text, spans), offered, unknown)

@@ -80,10 +80,10 @@ def searched(events: list[dict]) -> bool:
     return any(e["type"] == "conversation.item.added" and e["item"]["type"] == "function_call" for e in events)
 
 
-def evaluate(profile: str, stt, tts, work: Path, spoken: int) -> dict:
-    llm = LanguageModel(resolve("llm", profile), context=8192, threads=2)
+def evaluate(profile: str, stt, tts, work: Path, spoken: int, temperature: float, repeat_penalty: float) -> dict:
+    llm = LanguageModel(resolve("llm", profile), context=8192, threads=2, repeat_penalty=repeat_penalty)
     data = work / profile
-    config = Config(threads=2, data_dir=str(data), research="model", reply_tokens=96, temperature=0.0)
+    config = Config(threads=2, data_dir=str(data), research="model", reply_tokens=96, temperature=temperature)
     KnowledgeBase(config.knowledge_path).index(work / "notes")
     server = RunningServer(config, llm, stt, tts)
     rows = []
@@ -114,6 +114,9 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(p.name for p in PROFILES.values() if p.installed()))
     parser.add_argument("--spoken", type=int, default=5, help="spoken turns for the first-audio figures")
     parser.add_argument("--answers", action="store_true", help="print every answer")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy, as the tests decode")
+    parser.add_argument("--repeat-penalty", type=float, default=1.0, help="llama.cpp's repeat penalty")
+    parser.add_argument("--kinds", help="only these kinds of question, comma-separated (fact, follow-up, ...)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-eval-"))
@@ -122,15 +125,19 @@ def main() -> None:
         (work / "notes" / name).write_text(text)
     config = Config(threads=2)
     stt, tts = load_stt(config), load_tts(config)
+    if args.kinds:
+        QUESTIONS[:] = [(kind, item) for kind, item in QUESTIONS if kind in args.kinds.split(",")]
     kinds = list(dict.fromkeys(kind for kind, _ in QUESTIONS))
     results = {}
     for profile in args.profiles.split(","):
-        results[profile] = result = evaluate(profile, stt, tts, work, args.spoken)
+        results[profile] = result = evaluate(profile, stt, tts, work, args.spoken, args.temperature,
+                                             args.repeat_penalty)
         if args.answers:
             for (kind, _), (_, right, decided, did_search, answer) in zip(QUESTIONS, result["rows"]):
                 print(f"{profile} {kind:<10} {'right' if right else 'WRONG'} "
                       f"{'search' if did_search else '-':<6} {'' if decided else '(decision wrong) '}{answer[:100]!r}")
 
+    print(f"temperature {args.temperature}, repeat penalty {args.repeat_penalty}")
     print(f"{'profile':<20} " + " ".join(f"{k:>10}" for k in kinds)
           + f" {'answers':>8} {'search ok':>9} {'1st audio':>9}")
     for profile, result in results.items():

@@ -16,6 +16,7 @@ from tests.realtime import Client, done, reply_text
 def test_a_reply_streams_and_reports_its_figures(server):
     client = Client(server.url())
     events = client.ask("What is the capital of France?", max_tokens=24)
+    assert "Paris" in reply_text(events)  # the default model answers right, and in English
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["conversation.item.added", "conversation.item.done"]
     assert kinds.index("response.created") < kinds.index("response.output_item.added") < kinds.index(
@@ -317,18 +318,25 @@ def test_dropped_conversation_is_summarized_off_the_reply_path_and_used_next_tur
     client.close()
 
 
-def test_the_model_research_policy_serves_valid_turns(make_server, tmp_path):
+def test_the_model_policy_searches_the_notes_only_when_they_answer(make_server, tmp_path):
     docs = tmp_path / "docs"
     write_docs(docs)
+    (docs / "cottage.md").write_text("# The cottage\n\nThe cottage in Clifden has wifi called HeronNet; "
+                                     "the password is heron-42.")
     KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
     server = make_server(research="model")
     client = Client(server.url())
-    for question in ("Search my notes: how much rain does Galway get?", "Thanks. Where is Cork?"):
-        response = done(client.ask(question, max_tokens=48))
-        assert response["status"] == "completed"
+    events = client.ask("What is the wifi password at the cottage?", max_tokens=48)
+    added = [e["item"] for e in events if e["type"] == "conversation.item.added"]
+    assert [item["type"] for item in added] == ["message", "function_call", "function_call_output"]
+    assert json.loads(added[1]["arguments"])["query"] and added[2]["call_id"] == added[1]["call_id"]
+    assert "heron-42" in reply_text(events) and done(events)["status"] == "completed"
+
+    events = client.ask("What is 17 times 3?", max_tokens=24)
+    assert [e["item"]["type"] for e in events if e["type"] == "conversation.item.added"] == ["message"]
+    assert "51" in reply_text(events)
+
     stored = [m.message for m in server.service.store.messages(client.session_id)]
-    assert stored[-1]["role"] == "assistant" and stored[0]["role"] == "user"
-    for index, message in enumerate(stored):  # whatever the model chose, every call has its result
-        for call in message.get("tool_calls") or []:
-            assert stored[index + 1]["role"] == "tool" and stored[index + 1]["tool_call_id"] == call["id"]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert stored[1]["tool_calls"][0]["id"] == stored[2]["tool_call_id"] and "heron-42" in stored[2]["content"]
     client.close()

@@ -33,6 +33,32 @@ def test_answers_the_capital_of_france(llm):
     assert "Paris" in reply
 
 
+EASY = [  # each asked in a fresh conversation; any of the words counts as right
+    ("What is the capital of France?", ["Paris"]), ("What is the capital of Japan?", ["Tokyo"]),
+    ("How many legs does a spider have?", ["eight", "8"]), ("What is 12 plus 7?", ["19"]),
+    ("Which planet is known as the red planet?", ["Mars"]), ("What language do people speak in Brazil?", ["Portuguese"]),
+    ("Who wrote Romeo and Juliet?", ["Shakespeare"]),
+    ("At what temperature in Celsius does water boil at sea level?", ["100"]),
+    ("What colour do you get when you mix blue and yellow?", ["green"]),
+]
+
+
+def test_the_default_model_answers_the_easy_questions_right(llm):
+    system = {"role": "system", "content": "Answer in one or two short sentences."}
+    wrong = []
+    for question, expected in EASY:
+        reply = llm.complete([system, {"role": "user", "content": question}], max_tokens=32, temperature=0)
+        if not any(word.lower() in reply.lower() for word in expected):
+            wrong.append((question, reply))
+    fruit = [system, {"role": "user", "content": "I just bought a banana."}]
+    fruit += [{"role": "assistant", "content": llm.complete(fruit, max_tokens=24, temperature=0)},
+              {"role": "user", "content": "What colour is the fruit I named, usually?"}]
+    reply = llm.complete(fruit, max_tokens=24, temperature=0)
+    if "yellow" not in reply.lower():
+        wrong.append(("the fruit named before", reply))
+    assert wrong == []
+
+
 def test_count_is_the_token_length_of_the_rendered_prompt_for_every_installed_profile(profile_llm):
     for messages in (RESEARCH, RESEARCH[:2], [RESEARCH[1]]):
         text = profile_llm.render(messages)

@@ -105,6 +105,11 @@ def test_calls_to_tools_never_offered_come_apart_and_are_not_run():
     assert exchange[0]["tool_calls"] == parsed.unknown and exchange[1]["tool_call_id"] == parsed.unknown[0]["id"]
 
 
+def test_a_call_cut_off_by_the_length_limit_is_no_text():
+    parsed = parse_tool_calls('<tools>\n{"type": "function", "function": {"name": "say_hello", "descr', NAMES)
+    assert parsed.text == "" and parsed.calls == [] and len(parsed.unknown) == 1
+
+
 def test_a_call_described_in_words_counts_for_single_string_tools():
     text = 'To find it, you can use the `search` function with the query "dentist appointment".'
     parsed = parse_tool_calls(text, NAMES, {"search": "query"})

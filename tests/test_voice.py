@@ -90,6 +90,7 @@ def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
     samples = np.frombuffer(audio, dtype="<i2")
     assert np.abs(samples).max() > 1000
     said = reply_transcript(events)
+    assert "Paris" in said  # the default model answers right, and in English
     heard = stt.transcribe(audio, sample_rate=24_000).text
     assert jiwer.wer(words(said), words(heard)) <= 0.35, (said, heard)  # the audio speaks the transcript
 
