@@ -259,11 +259,27 @@ def test_a_longer_range_is_summarized_from_the_earlier_summary():
     first = fit(messages, budget=budget, generate=lambda p: "Cities 0-4.")
     grown = messages + [assistant("City 0. " + "a" * 900), user("More about city 9? " + "q" * 900)]
     seen: list[str] = []
-    second = fit(grown, budget=budget, generate=lambda p: seen.append(p[1]["content"]) or "Cities 0-6.",
+    second = fit(grown, budget=budget, generate=lambda p: seen.append(p[1]["content"]) or "Cities 5-6.",
                  previous=first.removed, summary=first.summary)
-    assert seen and seen[0].startswith("Earlier summary: Cities 0-4.")
-    assert f"city {first.summary.end // 2 - 1}." not in seen[0]  # only newly removed exchanges are re-read
+    assert seen and f"city {first.summary.end // 2 - 1}." not in seen[0]  # only newly removed exchanges are read
+    # Each new chunk's notes are added to the earlier ones.
+    assert second.summary.text == "\n".join([first.summary.text] + ["Cities 5-6."] * len(seen))
     assert second.summary.start == 1 and second.summary.end > first.summary.end
+
+
+def test_notes_grown_past_twice_their_bound_are_merged_by_one_more_call():
+    from fitting.summary import MERGE, summarize
+
+    calls: list[list[dict]] = []
+
+    def generate(prompt):
+        calls.append(prompt)
+        return "merged." if prompt[0]["content"] == MERGE.format(words=5) else "one two three four five six"
+
+    chunks = [[user("My cat is Tom.")], [user("My dog is Rex.")]]
+    assert summarize(chunks, generate, words=5) == "merged."
+    assert len(calls) == 3 and "one two three four five six\none two three four five six" == calls[2][1]["content"]
+    assert summarize(chunks[:1], generate, words=5) == "one two three four five six"  # within twice the bound
 
 
 @pytest.mark.parametrize("generator", [lambda p: 1 / 0, lambda p: "", lambda p: None, lambda p: "   "])
