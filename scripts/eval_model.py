@@ -51,7 +51,7 @@ QUESTIONS: list[tuple[str, Item]] = [
     ("fact", (["What colour do you get when you mix blue and yellow?"], ["green"], False)),
     ("fact", (["What is the largest ocean on Earth?"], ["Pacific"], False)),
     ("fact", (["How many days are there in a leap year?"], ["366"], False)),
-    ("follow-up", (["I just bought a banana.", "What colour is the fruit I bought, usually?"], ["yellow"], False)),
+    ("follow-up", (["I just bought a banana.", "What colour is that fruit, usually?"], ["yellow"], False)),
     ("follow-up", (["My sister is called Maeve.", "What is my sister called?"], ["Maeve"], False)),
     ("follow-up", (["I live in Galway.", "Which country is the city I live in?"], ["Ireland"], False)),
     ("follow-up", (["My favourite number is 12.", "What is my favourite number plus 5?"], ["17"], False)),

@@ -52,7 +52,7 @@ def test_the_default_model_answers_the_easy_questions_right(llm):
             wrong.append((question, reply))
     fruit = [system, {"role": "user", "content": "I just bought a banana."}]
     fruit += [{"role": "assistant", "content": llm.complete(fruit, max_tokens=24, temperature=0)},
-              {"role": "user", "content": "What colour is the fruit I named, usually?"}]
+              {"role": "user", "content": "What colour is that fruit, usually?"}]
     reply = llm.complete(fruit, max_tokens=24, temperature=0)
     if "yellow" not in reply.lower():
         wrong.append(("the fruit named before", reply))
