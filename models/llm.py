@@ -127,6 +127,14 @@ def _tojson(value: object, indent: int | None = None) -> Markup:
     return Markup(json.dumps(value, ensure_ascii=False, indent=indent))
 
 
+def _may_open_a_call(piece: str) -> bool:
+    """Whether a token's text may begin a call: white space, an opening, or the start of one ("<")."""
+    start = piece.lstrip()
+    if piece and not start:
+        return True
+    return bool(start) and any(start.startswith(o) or o.startswith(start) for o in CALL_OPENINGS)
+
+
 def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
@@ -241,47 +249,50 @@ class LanguageModel:
     # Generation -------------------------------------------------------------------------------
     def stream(
         self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
-        tools: list[dict] | None = None, open_with_call: bool = True,
+        tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
     ) -> ReplyStream:
         """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
-        reply from starting with anything that opens a tool call (a reply after the results)."""
+        reply from starting with anything that opens a tool call (a reply after the results), and
+        `not_like` from starting with that text's first token (an earlier reply to the same prompt
+        that could not be used: greedy decoding would only write it again)."""
         prompt = self.tokens(messages, tools)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))
-        banned = None if open_with_call else self._call_openers()
-        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply, banned)
+        avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() else []
+        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
+                                       open_with_call, avoid)
         return reply
 
     def _call_openers(self) -> np.ndarray:
-        """Token ids whose text begins a tool call ("{", "[", "```", "<tool..."), found once."""
-        with self._lock:
-            if self._openers is None:
-                ids = [token for token in range(self._llm.n_vocab())
-                       if self._llm.detokenize([token], special=True).decode("utf-8", "ignore").lstrip()
-                       .startswith(CALL_OPENINGS)]
-                self._openers = np.array(ids, dtype=np.int64)
+        """Token ids whose text may begin a tool call, found once, by the generating thread (the scan of
+        the vocabulary takes about half a second)."""
+        if self._openers is None:
+            texts = ((token, self._llm.detokenize([token], special=True).decode("utf-8", "ignore"))
+                     for token in range(self._llm.n_vocab()))
+            self._openers = np.array([token for token, text in texts if _may_open_a_call(text)], dtype=np.int64)
         return self._openers
 
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
-                  banned_first: np.ndarray | None = None) -> Iterator[str]:
+                  open_with_call: bool = True, avoid: list[int] | None = None) -> Iterator[str]:
         from llama_cpp import LogitsProcessorList, llama_vocab_is_eog
-
-        processors = None
-        if banned_first is not None and len(banned_first):
-            def ban_at_start(input_ids, scores):
-                if len(input_ids) == len(prompt):
-                    scores[banned_first] = -np.inf
-                return scores
-
-            processors = LogitsProcessorList([ban_at_start])
 
         stats = reply.stats
         with self._lock:
             started = time.perf_counter()
+            processors = None
+            if not open_with_call or avoid:
+                banned = np.concatenate([self._call_openers() if not open_with_call else [], avoid or []]).astype(np.int64)
+
+                def ban_at_start(input_ids, scores):
+                    if len(input_ids) == len(prompt):  # only the reply's first token
+                        scores[banned] = -np.inf
+                    return scores
+
+                processors = LogitsProcessorList([ban_at_start])
             llm = self._llm
             # llama-cpp-python keeps the longest common prefix with what it evaluated last and
             # re-evaluates one token when the whole prompt matches, to refresh the logits.

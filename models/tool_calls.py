@@ -92,10 +92,11 @@ def _leftover(text: str, spans: list[tuple[int, int]]) -> str:
 
 
 def _described(text: str, described: Mapping[str, str]) -> list[dict]:
-    """Calls written out in words: the tool's name, then within a few words a quoted argument."""
+    """Calls written out in words: the tool's name, then within a few words the parameter's name (or
+    "for") and a quoted argument: 'the search function with the query "x"', 'search for "x"'."""
     calls = []
     for name, parameter in described.items():
-        pattern = rf"\b{re.escape(name)}\b[^.\"\n]{{0,60}}?\"([^\"\n]{{2,120}})\""
+        pattern = rf"\b{re.escape(name)}\b[^.\n]{{0,80}}?\b(?:{re.escape(parameter)}|for)\W{{0,4}}\"([^\"\n]{{2,120}})\""
         calls += [new_call(name, {parameter: match.strip()}) for match in re.findall(pattern, text, re.I)[:1]]
     return calls
 
@@ -163,6 +164,10 @@ class CallScanner:
     def released(self) -> str:
         return self._text[:self._released]
 
+    @property
+    def held(self) -> str:
+        return self._text[self._released:]
+
     def finish(self) -> ParsedReply:
         """The held text parsed: its words (to show now) and its calls."""
-        return parse_tool_calls(self._text[self._released:], self.names, self.described)
+        return parse_tool_calls(self.held, self.names, self.described)

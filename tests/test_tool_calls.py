@@ -117,6 +117,10 @@ def test_a_call_described_in_words_counts_for_single_string_tools():
     assert parsed.text == ""
     assert parse_tool_calls(text, NAMES).calls == []  # only where asked for
     assert parse_tool_calls('She said "hello" to me.', NAMES, {"search": "query"}).calls == []
+    for text, query in [('You may call the "search" function with the argument {"query": "fruit colour"}.', "fruit colour"),
+                        ('You can search for "Galway" in your notes.', "Galway")]:
+        calls = parse_tool_calls(text, NAMES, {"search": "query"}).calls
+        assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"query": query}]
 
 
 def test_the_scanner_holds_a_first_sentence_that_describes_a_call():

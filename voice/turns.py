@@ -161,6 +161,7 @@ class TurnEngine:
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
                         fits: list[FitResult]) -> AsyncIterator[TurnEvent]:
         """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
+        unused = ""
         for attempt in range(2):
             ask_model = self.research.policy == "model" and attempt == 0
             # The same declaration on both attempts keeps the prompt's prefix: native `tools` for
@@ -176,7 +177,7 @@ class TurnEngine:
             fits.append(result)
             # After the results, the reply may not open with a call: small models repeat theirs.
             reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature, tools,
-                                    open_with_call=attempt == 0)
+                                    open_with_call=attempt == 0, not_like=unused)
             # With the tool offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a call is not run again, only kept out of the reply.
             scanner = CallScanner(["search"], DESCRIBED if ask_model else None) if with_tools else None
@@ -204,6 +205,8 @@ class TurnEngine:
             exchange = await asyncio.to_thread(self.research.run, calls, True)
             if exchange:
                 yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
+            else:  # the same prompt again: the answer may not open the way this reply did
+                unused = scanner.released + scanner.held
 
     def _fit(self, session_id: str, instructions: str | None, with_tools: bool, tools_tokens: int = 0) -> FitResult:
         transcript = self.store.transcript(session_id)
