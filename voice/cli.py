@@ -32,6 +32,7 @@ CONFIG_HELP = {
     "threads": "CPU threads for the engines (default: all cores)",
     "host": "address to listen on (default: 127.0.0.1)",
     "port": "port to listen on (default: 8765)",
+    "wyoming_port": "also serve Home Assistant's Wyoming protocol on this TCP port (default: 0, off)",
     "data_dir": "where sessions and indexes are kept (default: the user data directory)",
     "instructions": "system prompt of new sessions",
     "research": "auto (search the knowledge base for every question), model (the model decides) or off",
@@ -207,6 +208,8 @@ def cmd_serve(config, args) -> None:
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_keys:
         print(f"parlour: warning: listening on {config.host} without API keys: anyone who can reach it may use it",
               file=sys.stderr)
+    if config.wyoming_port:
+        where += f" and tcp://{config.host}:{config.wyoming_port} (Wyoming)"
     asyncio.run(service.serve(ready=lambda port: print(f"Parlour is listening on {where}", flush=True)))
 
 

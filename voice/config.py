@@ -40,6 +40,7 @@ class Config:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     host: str = "127.0.0.1"
     port: int = 8765
+    wyoming_port: int = 0  # Home Assistant's Wyoming protocol on this TCP port; 0: off
     data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
     instructions: str = DEFAULT_INSTRUCTIONS  # the system prompt of new sessions
     research: str = "auto"  # auto, model or off
@@ -63,7 +64,7 @@ class Config:
 
 CHOICES = {"research": ("auto", "model", "off")}
 NUMBERS = {"int": (int, "a whole number"), "float": (float, "a number")}
-RANGES = {"port": (0, 65535), "temperature": (0, 2)}  # other numbers must be at least 1
+RANGES = {"port": (0, 65535), "wyoming_port": (0, 65535), "temperature": (0, 2)}  # other numbers must be at least 1
 
 
 KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}

@@ -150,6 +150,11 @@ class Service:
             ping_interval=30, ping_timeout=60,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
+            wyoming = None
+            if self.config.wyoming_port:
+                from voice import wyoming_service
+
+                wyoming = await wyoming_service.start(self, self.config.host, self.config.wyoming_port)
             if ready:
                 ready(self.port)
             loop = asyncio.get_running_loop()
@@ -159,4 +164,6 @@ class Service:
                 except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
                     pass
             await stop.wait()
+            if wyoming is not None:
+                await wyoming.stop()
         await self.engine.idle()
