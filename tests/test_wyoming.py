@@ -39,8 +39,8 @@ def wyoming_server(make_server):
     return make
 
 
-async def exchange(port: int, events: list[Event], until: str, timeout: float = 120) -> list[Event]:
-    """Send `events`, then read until an event of type `until` (inclusive)."""
+async def exchange(port: int, events: list[Event], *until: str, timeout: float = 120) -> list[Event]:
+    """Send `events`, then read until an event of one of the types `until` (inclusive)."""
     async with AsyncTcpClient("127.0.0.1", port) as client:
         for event in events:
             await client.write_event(event)
@@ -49,7 +49,7 @@ async def exchange(port: int, events: list[Event], until: str, timeout: float = 
             event = await asyncio.wait_for(client.read_event(), timeout)
             assert event is not None, "the server closed the connection"
             received.append(event)
-            if event.type == until:
+            if event.type in until:
                 return received
 
 
@@ -183,3 +183,21 @@ def test_a_client_gone_mid_reply_leaves_the_service_serving(wyoming_server):
     assert "Paris" in Handled.from_event(events[-1]).text
     stored = server.service.store.transcript(session_for("gone"))
     assert stored[1] == {"role": "user", "content": "Tell me a long story about a lighthouse."}
+
+
+def test_a_busy_model_answers_not_handled(make_server):
+    port = free_port()
+    make_server(wyoming_port=port, max_queue=1)
+
+    async def one(text: str, delay: float) -> list[Event]:
+        await asyncio.sleep(delay)  # arrive in order: the first holds the model, the second waits
+        question = Transcript(text=text, context={"conversation_id": f"busy-{delay}"})
+        return await exchange(port, [question.event()], "handled", "not-handled", timeout=180)
+
+    async def three() -> list[list[Event]]:
+        return await asyncio.gather(one("Tell me a long story about a lighthouse.", 0),
+                                    one("And another about a ship.", 0.5), one("What is two plus two?", 1.0))
+
+    results = asyncio.run(three())
+    assert [events[-1].type for events in results] == ["handled", "handled", "not-handled"]
+    assert "waiting" in results[2][-1].data["text"]
