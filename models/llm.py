@@ -26,15 +26,14 @@ import numpy as np
 from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from models.tool_calls import MARKERS
+
 Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool_call_id
 
 # Fixed system message used to measure a lone non-system message: the template renders the pair,
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
-
-
-CALL_OPENINGS = ("{", "[", "```", "<tool")
 
 
 class ContextOverflow(ValueError):
@@ -132,7 +131,7 @@ def _may_open_a_call(piece: str) -> bool:
     start = piece.lstrip()
     if piece and not start:
         return True
-    return bool(start) and any(start.startswith(o) or o.startswith(start) for o in CALL_OPENINGS)
+    return bool(start) and any(start.startswith(o) or o.startswith(start) for o in MARKERS)
 
 
 def _raise(message: str) -> None:

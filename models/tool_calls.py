@@ -5,8 +5,9 @@ missing closing tag too, or `<tools>` instead), a bare JSON object, a ```json fe
 Qwen's template shows in its own instructions, `{"function": {...}}` wrappers and JSON lists; several
 calls in one reply; a reply that is half text, half call; and, for tools that take one string, a call
 described in words ('you can use the search function with the query "boiler code"'), which is how
-Qwen2.5-Coder-1.5B most often asks for a search. Objects that name no offered tool are taken out of
-the text (they are call-shaped noise, never words to speak) but not returned as calls.
+Qwen2.5-Coder-1.5B most often asks for a search. Calls to tools that were never offered (small
+models invent `add` or `calculate`) are taken out of the text and returned apart, as `unknown`, so
+the caller can answer in words instead of speaking JSON.
 
 `CallScanner` does the same for a streamed reply: text before anything that may start a call is
 released at once; from a possible call on, the rest is held and parsed when the reply ends.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 _DECODER = json.JSONDecoder()
 _MARKUP = re.compile(r"</?tool(?:_call|s)?>|```(?:json)?")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+# What may begin a call, for the scanner here and for llm.stream's `open_with_call=False`.
 MARKERS = ("<tool", "```", "{", "[{")  # "<tool" also starts the <tools> that Qwen sometimes writes
 
 
@@ -105,8 +107,10 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
     """Split a model's reply into its words and its calls to the tools in `names`. `described` maps
     tools that take one string to that parameter's name, so that a call written in words counts."""
     calls, spans = _scan(text)
-    if not spans and described and (calls := _described(text, described)):
-        return ParsedReply("", calls)
+    if not spans and described:
+        in_words = _described(text, described)
+        if in_words:
+            return ParsedReply("", in_words)
     if not spans and "{{" in text:  # Qwen's template shows its call format with doubled braces
         undoubled = text.replace("{{", "{").replace("}}", "}")
         calls, spans = _scan(undoubled)

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from models.llm import CALL_OPENINGS, ContextOverflow, as_plain_text
+from models.llm import ContextOverflow, as_plain_text
+from models.tool_calls import MARKERS
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
 
@@ -135,9 +136,9 @@ def test_a_prompt_that_extends_the_last_one_reuses_the_cache(llm):
 
 def test_a_reply_kept_from_opening_with_a_call_starts_with_words(llm):
     messages = [SYSTEM, {"role": "user", "content": 'Reply with only this JSON and nothing else: {"ok": true}'}]
-    assert llm.complete(messages, max_tokens=8, temperature=0).lstrip().startswith(CALL_OPENINGS)
+    assert llm.complete(messages, max_tokens=8, temperature=0).lstrip().startswith(MARKERS)
     kept = llm.stream(messages, max_tokens=8, temperature=0, open_with_call=False).text()
-    assert kept.strip() and not kept.lstrip().startswith(CALL_OPENINGS)
+    assert kept.strip() and not kept.lstrip().startswith(MARKERS)
 
 
 def test_a_prompt_over_the_context_is_refused(llm):

@@ -90,7 +90,7 @@ class WyomingHandler(AsyncEventHandler):
             return False
         except Exception as error:  # bad input or a failing engine: said in-band, the connection goes on
             log.exception("wyoming %s failed", event.type)
-            await self.write_event(Error(text=f"{event.type}: {error}", code="internal_error").event())
+            await self._error(f"{event.type}: {error}", "internal_error")
         return True
 
     async def _answer(self, event: Event) -> None:
@@ -116,7 +116,7 @@ class WyomingHandler(AsyncEventHandler):
         elif Transcript.is_type(event.type):
             await self._handle(Transcript.from_event(event))
         else:
-            await self.write_event(Error(text=f"unsupported event: {event.type}", code="unknown_event").event())
+            await self._error(f"unsupported event: {event.type}", "unknown_event")
 
     async def _error(self, text: str, code: str) -> None:
         await self.write_event(Error(text=text, code=code).event())
