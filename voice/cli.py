@@ -32,6 +32,7 @@ CONFIG_HELP = {
     "threads": "CPU threads for the engines (default: all cores)",
     "host": "address to listen on (default: 127.0.0.1)",
     "port": "port to listen on (default: 8765)",
+    "allowed_hosts": "comma-separated Host names served besides the bound address and loopback (name or name:port)",
     "wyoming_port": "also serve Home Assistant's Wyoming protocol on this TCP port (default: 0, off)",
     "data_dir": "where sessions and indexes are kept (default: the user data directory)",
     "instructions": "system prompt of new sessions",
@@ -39,6 +40,7 @@ CONFIG_HELP = {
     "knowledge": "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)",
     "api_keys": "comma-separated keys; when set, connections without one are refused",
     "max_queue": "turns that may wait for the model before server_busy (default: 8)",
+    "max_connections": "open websocket connections; more are refused with 503 (default: 32)",
     "max_text_chars": "longest text message accepted (default: 32000)",
     "max_audio_seconds": "longest spoken question accepted, in seconds (default: 60)",
 }

@@ -39,6 +39,7 @@ class Config:
     temperature: float = 0.2  # sampling temperature of replies; 0 always picks the likeliest token
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     host: str = "127.0.0.1"
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names served besides the bound address and loopback
     port: int = 8765
     wyoming_port: int = 0  # Home Assistant's Wyoming protocol on this TCP port; 0: off
     data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
@@ -47,6 +48,7 @@ class Config:
     knowledge: str = ""  # the knowledge base `parlour index` builds; empty means DATA_DIR/knowledge.sqlite3
     api_keys: list[str] = field(default_factory=list)  # when set, every connection needs one of them
     max_queue: int = 8  # turns waiting for the model before new ones get server_busy
+    max_connections: int = 32  # open websocket connections; more get 503
     max_text_chars: int = 32_000  # the longest text message accepted
     max_audio_seconds: int = 60  # the longest spoken question accepted
 

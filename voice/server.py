@@ -25,8 +25,11 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from websockets.protocol import State
+
 from voice.config import Config
 from voice.connection import Connection
+from voice.hosts import HostCheck
 from voice.knowledge import KnowledgeBase
 from voice.research import Research
 from voice.store import SessionStore, owner_of
@@ -36,6 +39,11 @@ log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
 PAGE = Path(__file__).with_name("page.html")
 KEY_PROTOCOL = "openai-insecure-api-key."
+MAX_UNREAD_MESSAGES = 4
+
+
+def plain_response(status: HTTPStatus, text: str) -> Response:
+    return _response(status, (text + "\n").encode(), "text/plain; charset=utf-8")
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
@@ -68,6 +76,8 @@ class Service:
         self.owners = {owner_of(key) for key in config.api_keys}
         self.voice_name = tts.name
         self.port: int | None = None
+        self.hosts: HostCheck | None = None  # set once the port is known
+        self.admitted: set[ServerConnection] = set()  # websocket connections let in, until they close
 
     @classmethod
     def load(cls, config: Config, llm=None, stt=None, tts=None) -> "Service":
@@ -87,12 +97,18 @@ class Service:
         owner = owner_of(key) if key else None
         return owner if owner in self.owners else None
 
-    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
-        origin = request.headers.get("Origin")
-        if origin and urlsplit(origin).netloc != request.headers.get("Host"):
+        hosts = request.headers.get_all("Host")
+        host = hosts[0] if len(hosts) == 1 else ", ".join(hosts)
+        if len(hosts) != 1 or not self.hosts.names_server(host):
+            # A page on a rebinding domain sends its own Host (and a matching Origin).
+            return plain_response(HTTPStatus.FORBIDDEN, f"403 Forbidden: the Host {host!r} does not name this server "
+                                                        "(add it to allowed_hosts to serve it)")
+        origin = ", ".join(request.headers.get_all("Origin"))
+        if origin and not self.hosts.origin_allowed(origin):
             # A page from another site may not drive this service through the user's browser.
-            return json_response(HTTPStatus.FORBIDDEN, {"error": f"cross-origin requests are refused: {origin}"})
+            return plain_response(HTTPStatus.FORBIDDEN, f"403 Forbidden: cross-origin requests are refused: {origin}")
         if url.path == "/":
             return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
         if url.path == "/healthz":
@@ -109,13 +125,18 @@ class Service:
         if url.path == "/v1/sessions":
             return json_response(HTTPStatus.OK, [
                 {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages}
-                for s in self.store.list(scope) if s.messages])
+                for s in await asyncio.to_thread(self.store.list, scope) if s.messages])
         if url.path == "/v1/figures":
-            mine = {s.id for s in self.store.list(scope)}
+            mine = {s.id for s in await asyncio.to_thread(self.store.list, scope)}
             return json_response(HTTPStatus.OK, [f for f in self.engine.recent if f["session_id"] in mine])
         session_id = (parse_qs(url.query).get("session_id") or [""])[0]
-        if session_id and not self.store.exists(session_id, owner if self.owners else None):
+        if session_id and not await asyncio.to_thread(self.store.exists, session_id, owner if self.owners else None):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such session: {session_id}"})
+        self.admitted = {c for c in self.admitted if c.state is not State.CLOSED}
+        if len(self.admitted) >= self.config.max_connections:
+            return plain_response(HTTPStatus.SERVICE_UNAVAILABLE, f"503 Service Unavailable: "
+                                  f"{len(self.admitted)} connections are open, the limit (max_connections)")
+        self.admitted.add(connection)
         return None
 
     @staticmethod
@@ -127,13 +148,14 @@ class Service:
         owner = self.owner(request) or ""
         session_id = (parse_qs(urlsplit(request.path).query).get("session_id") or [""])[0]
         if not session_id:
-            session_id = self.store.create(self.config.instructions, owner)
+            session_id = await asyncio.to_thread(self.store.create, self.config.instructions, owner)
         connection = Connection(websocket, self, session_id)
         try:
             await connection.run()
         finally:
-            if not self.store.messages(session_id):  # nothing was said: leave no empty session behind
-                self.store.delete(session_id)
+            self.admitted.discard(websocket)
+            if not await asyncio.to_thread(self.store.messages, session_id):  # leave no empty session behind
+                await asyncio.to_thread(self.store.delete, session_id)
 
     # Running ---------------------------------------------------------------------------------
     def max_message_bytes(self) -> int:
@@ -147,9 +169,12 @@ class Service:
         async with serve(
             self.handle, self.config.host, self.config.port, process_request=self.process_request,
             select_subprotocol=self.select_subprotocol, max_size=self.max_message_bytes(),
-            ping_interval=30, ping_timeout=60,
+            # At most this many received messages wait unread per connection (each up to max_size):
+            # beyond it the socket is not read, so a connection busy with a turn holds little memory.
+            max_queue=MAX_UNREAD_MESSAGES, ping_interval=30, ping_timeout=60,
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
+            self.hosts = HostCheck(self.config.host, self.port, self.config.allowed_hosts)
             wyoming = None
             if self.config.wyoming_port:
                 from voice import wyoming_service
