@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from voice import events
+from voice.reply_row import ReplyRow
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 from voice.store import new_id
 
@@ -52,6 +53,8 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
     timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
     marks: dict = {}
 
+    row = ReplyRow(conn.service.store, conn.session_id, item_id)
+
     async def speaker() -> None:
         sent_ms = 0
         while (sentence := await queue.get()) is not None:
@@ -66,6 +69,8 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
                 await conn.send(events.event("response.output_audio.delta", **ids, delta=audio_delta(chunk)))
                 sent_ms += len(chunk) // BYTES_PER_MS
             timeline.append([sentence, start, sent_ms])
+            if not cancel.is_set():  # its audio is all sent: the sentence is stored
+                await row.sentence(sentence, timeline)
 
     speaking = asyncio.get_running_loop().create_task(speaker())
     sentences = Sentences()
@@ -76,13 +81,16 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
         for sentence in sentences.feed(text):
             queue.put_nowait(sentence)
 
+    result = None
     try:
-        result = await conn.stream_turn(response_id, item_id, instructions, max_tokens, True, on_delta)
+        result = await conn.stream_turn(response_id, item_id, instructions, max_tokens, True, on_delta, row)
         if rest := sentences.flush():
             queue.put_nowait(rest)
     finally:
         queue.put_nowait(None)
         await speaking
+        if result is None:  # failed or stopped from outside mid-speech: keep what was spoken
+            await row.abandon({"timeline": timeline})
     if result is None:
         return
     text, figures = result
@@ -91,5 +99,5 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
     figures.pop("committed_at", None)
     figures["total_ms"] = _ms(time.perf_counter() - started)
     # The stored reply keeps its sentences' audio offsets, for conversation.item.truncate.
-    conn.service.store.update(conn.session_id, item_id, text, status, {**figures, "timeline": timeline})
+    await row.finish(text, status, {**figures, "timeline": timeline})
     await conn.finish_response(response_id, item_id, text, figures, ["audio"])

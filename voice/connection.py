@@ -277,12 +277,13 @@ class Connection:
                 await self.send(events.event("conversation.item.done", item=payload))
 
     async def stream_turn(self, response_id: str, item_id: str, instructions: str | None,
-                          max_tokens: int | None, audio: bool, on_delta) -> tuple[str, dict] | None:
+                          max_tokens: int | None, audio: bool, on_delta, row=None) -> tuple[str, dict] | None:
         """Run the turn: research is announced, the output opened with the first step, and
         `on_delta(text)` awaited for each piece of the reply. Returns the text and the figures, or
-        None if the turn never began (the engine raised before holding the model)."""
+        None if the turn never began (the engine raised before holding the model). A spoken turn
+        passes the `row` it stores its reply through (voice.reply_row)."""
         text, figures, opened = "", None, False
-        turn = self.service.engine.respond(self.session_id, self.cancel, instructions, max_tokens, item_id)
+        turn = self.service.engine.respond(self.session_id, self.cancel, instructions, max_tokens, item_id, row)
         async with aclosing(turn):
             async for step in turn:
                 if step.kind == "research":

@@ -175,6 +175,8 @@ class Service:
         ) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             self.hosts = HostCheck(self.config.host, self.port, self.config.allowed_hosts)
+            if recovered := await asyncio.to_thread(self.store.recover):
+                log.info("%d replies cut short by a crash are marked interrupted", recovered)
             wyoming = None
             if self.config.wyoming_port:
                 from voice import wyoming_service

@@ -5,8 +5,9 @@ Messages are kept in the OpenAI chat shape, tool exchanges included, each with i
 A session's system prompt is its `instructions`; `transcript()` is what fitting replays: the
 system prompt first, then every stored message, so message N sits at index N + 1.
 
-A user's message is committed before any reply is generated and the reply as it completes, so a
-crash or a disconnect never loses what was said.
+A user's message is committed before any reply is generated and the reply sentence by sentence as
+it is delivered (`write_reply`, status `in_progress` until it ends), so a crash or a disconnect never
+loses what was said or heard; at start the service marks replies left `in_progress` `interrupted`.
 """
 
 from __future__ import annotations
@@ -100,8 +101,15 @@ class SessionStore:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            # FULL: each commit is on disk before it returns, so a power loss keeps every sentence
+            # already stored (NORMAL would keep them through a process crash but not a power loss).
+            self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+
+    def recover(self) -> int:
+        """Mark replies a killed process left `in_progress` as `interrupted` (what was stored of them
+        had been delivered); the service calls it once at start. Returns how many there were."""
+        return self._write("UPDATE messages SET status = 'interrupted' WHERE status = 'in_progress'").rowcount
 
     def close(self) -> None:
         with self._lock:
@@ -169,27 +177,77 @@ class SessionStore:
     # Messages ---------------------------------------------------------------------------------
     def append(self, session_id: str, message: dict, status: str = "complete", figures: dict | None = None,
                item_id: str | None = None) -> StoredMessage:
-        item_id = item_id or new_id("item")
-        now = time.time()
-        tool_calls = json.dumps(message["tool_calls"]) if message.get("tool_calls") else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                (position,) = self._db.execute(
-                    "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
-                ).fetchone()
-                self._db.execute(
-                    """INSERT INTO messages (session_id, position, item_id, role, content, tool_calls,
-                       tool_call_id, status, created, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    (session_id, position, item_id, message["role"], message.get("content"), tool_calls,
-                     message.get("tool_call_id"), status, now, json.dumps(figures) if figures else None),
-                )
-                self._db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+                stored = self._insert(session_id, self._next_position(session_id), item_id or new_id("item"),
+                                      message, status, figures)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+        return stored
+
+    def _next_position(self, session_id: str) -> int:
+        (position,) = self._db.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        return position
+
+    def _insert(self, session_id: str, position: int, item_id: str, message: dict, status: str,
+                figures: dict | None) -> StoredMessage:
+        """The one INSERT of a message row; the caller holds the lock and the transaction."""
+        now = time.time()
+        tool_calls = json.dumps(message["tool_calls"]) if message.get("tool_calls") else None
+        self._db.execute(
+            """INSERT INTO messages (session_id, position, item_id, role, content, tool_calls,
+               tool_call_id, status, created, figures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (session_id, position, item_id, message["role"], message.get("content"), tool_calls,
+             message.get("tool_call_id"), status, now, json.dumps(figures) if figures else None),
+        )
+        self._db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
         return StoredMessage(position, item_id, message, status, now, figures or {})
+
+    def write_reply(self, session_id: str, item_id: str, content: str, status: str,
+                    figures: dict | None = None) -> None:
+        """Create or bring up to date a streaming reply's row (voice.reply_row), in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                found = self._db.execute("SELECT 1 FROM messages WHERE session_id = ? AND item_id = ?",
+                                         (session_id, item_id)).fetchone()
+                if found:
+                    self._db.execute(
+                        "UPDATE messages SET content = ?, status = ?, figures = COALESCE(?, figures) "
+                        "WHERE session_id = ? AND item_id = ?",
+                        (content, status, json.dumps(figures) if figures is not None else None, session_id, item_id))
+                else:
+                    self._insert(session_id, self._next_position(session_id), item_id,
+                                 {"role": "assistant", "content": content}, status, figures)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def insert_before(self, session_id: str, item_id: str, messages: list[dict]) -> list[StoredMessage]:
+        """Store `messages` just ahead of the message `item_id` (at the end if it is not stored)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT position FROM messages WHERE session_id = ? AND item_id = ?",
+                                       (session_id, item_id)).fetchone()
+                at = row["position"] if row else self._next_position(session_id)
+                # Two steps, so no moved row ever collides with another's (session, position) key.
+                self._db.execute("UPDATE messages SET position = -position - 1 WHERE session_id = ? AND position >= ?",
+                                 (session_id, at))
+                self._db.execute("UPDATE messages SET position = -position - 1 + ? WHERE session_id = ? AND position < 0",
+                                 (len(messages), session_id))
+                stored = [self._insert(session_id, at + n, new_id("item"), m, "complete", None)
+                          for n, m in enumerate(messages)]
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return stored
 
     def update(self, session_id: str, item_id: str, content: str, status: str, figures: dict | None = None) -> None:
         """Change a stored message's text and status (a reply cut short), and its figures if given."""
@@ -209,9 +267,10 @@ class SessionStore:
         return _stored(rows[0]) if rows else None
 
     def transcript(self, session_id: str) -> list[dict]:
-        """The fitting input: the system prompt, then every stored message in order."""
+        """The fitting input: the system prompt, then every stored message in order, except a reply
+        still being written (it is the answer the prompt is for)."""
         system = {"role": "system", "content": self.instructions(session_id)}
-        return [system] + [stored.message for stored in self.messages(session_id)]
+        return [system] + [stored.message for stored in self.messages(session_id) if stored.status != "in_progress"]
 
     # Fitting state ----------------------------------------------------------------------------
     def fit_state(self, session_id: str) -> tuple[list[int], Summary | None]:

@@ -6,7 +6,8 @@ turn that would wait behind `max_queue` others is refused with `ServerBusy`. A t
 2. fits the session's transcript with the fitting core, measured by the model's own tokenizer,
    keeping the previous turn's removals and a low-water mark so the prompt's prefix (and
    llama.cpp's cache of it) stays stable from turn to turn;
-3. streams the reply; a cancelled reply is stored as `interrupted` with the text delivered.
+3. streams the reply, stored sentence by sentence as it goes (`in_progress`); a cancelled reply is
+   stored as `interrupted` with the text delivered.
 Summaries of exchanges the fit had to drop (ADR 0141) are made after the reply, off the path of the
 next one, and stored; a turn that needs one that is not ready yet drops instead.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -23,11 +25,50 @@ from fitting import FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
 from models.tool_calls import CallScanner
+from voice.reply_row import ReplyRow
 from voice.research import DESCRIBED, SEARCH_TOOL, TOOL_INSTRUCTIONS, Research
-from voice.store import SessionStore, StoredMessage
+from voice.store import SessionStore, StoredMessage, new_id
 
 SUMMARY_WORDS = 120
 SUMMARY_REPLY_TOKENS = 200
+
+
+class ModelQueue:
+    """Who uses the model next: turns in arrival order, then background summaries.
+
+    A turn never waits behind a summary that has not started; a summary that has started runs to
+    its end. `acquire` hands the model over directly on `release`, so nobody can slip in between.
+    """
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._turns: deque[asyncio.Future] = deque()
+        self._background: deque[asyncio.Future] = deque()
+
+    async def acquire(self, background: bool = False) -> None:
+        if not self._busy:  # free means nobody waits: release hands the model to the next waiter
+            self._busy = True
+            return
+        future = asyncio.get_running_loop().create_future()
+        waiters = self._background if background else self._turns
+        waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed over just as the waiter left: pass it on
+                self.release()
+            elif future in waiters:
+                waiters.remove(future)
+            raise
+
+    def release(self) -> None:
+        for waiters in (self._turns, self._background):
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_result(None)  # still busy: the model passes to this waiter
+                    return
+        self._busy = False
 
 
 class ServerBusy(Exception):
@@ -62,7 +103,7 @@ class TurnEngine:
         # (scripts/bench_voice.py shows a 4,700-token re-prefill costing about 24 s here).
         self.low_water = self.budget // 2
         self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
-        self._model = asyncio.Lock()  # FIFO: waiters are served in arrival order
+        self._model = ModelQueue()
         self._waiting = 0
         self._background: set[asyncio.Task] = set()
         self.recent: list[dict] = []  # the last turns' figures, newest last
@@ -109,14 +150,17 @@ class TurnEngine:
 
     # A turn ----------------------------------------------------------------------------------
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
-                      max_tokens: int | None = None, item_id: str | None = None) -> AsyncIterator[TurnEvent]:
+                      max_tokens: int | None = None, item_id: str | None = None,
+                      row: ReplyRow | None = None) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question, yielding research, text deltas and finally `done`.
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
-        text yielded so far.
+        text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
+        sentence by sentence as yielded, unless the caller passes its own `row`, which it then feeds
+        and finishes itself (a spoken reply counts a sentence once its audio is sent).
         """
         started = time.perf_counter()
-        transcript = self.store.transcript(session_id)
+        transcript = await asyncio.to_thread(self.store.transcript, session_id)
         if transcript[-1]["role"] != "user":
             raise NothingToAnswer("there is no new user message to respond to")
         question = transcript[-1].get("content") or ""
@@ -124,42 +168,44 @@ class TurnEngine:
         figures: dict = {"queue_ms": _ms(queue_s)}
         delivered: list[str] = []
         fits: list[FitResult] = []  # this turn's fits; the last one says what the prompt left out
+        own_row = row is None
+        row = row or ReplyRow(self.store, session_id, item_id or new_id("item"))
         stored_reply = None
         try:
             research_started = time.perf_counter()
             exchange = await asyncio.to_thread(self.research.for_question, question)
             if exchange:
-                yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
+                yield TurnEvent("research", stored=await row.insert_before(exchange))
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
-            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits):
+            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row):
                 if event.kind == "delta":
                     if not delivered:
                         figures["ttft_ms"] = _ms(time.perf_counter() - started)
+                        await row.open()
                     delivered.append(event.text)
                 yield event
+                if event.kind == "delta" and own_row:
+                    await row.feed(event.text)  # after the yield: the text has been sent
             interrupted = cancel.is_set() or figures.get("finish_reason") == "cancelled"
             figures["total_ms"] = _ms(time.perf_counter() - started)
             figures["status"] = "interrupted" if interrupted else "complete"
-            stored_reply = self.store.append(
-                session_id, {"role": "assistant", "content": "".join(delivered)},
-                status=figures["status"], figures=figures, item_id=item_id,
-            )
+            if own_row:
+                stored_reply = await row.finish("".join(delivered), figures["status"], figures)
         except BaseException:
-            if stored_reply is None and delivered:  # stopped from outside (shutdown): keep what was sent
+            if own_row and stored_reply is None and delivered:  # failed or stopped from outside: keep what was sent
                 figures["status"] = "interrupted"
-                self.store.append(session_id, {"role": "assistant", "content": "".join(delivered)},
-                                  status="interrupted", figures=figures, item_id=item_id)
+                await row.finish("".join(delivered), "interrupted", figures)
             raise
         finally:
             self._model.release()
         self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
-        yield TurnEvent("done", stored=[stored_reply], figures=figures)
+        yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
         if figures.get("dropped"):
             self._in_background(self._summarize(session_id, fits[-1].history_end))
 
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
-                        fits: list[FitResult]) -> AsyncIterator[TurnEvent]:
+                        fits: list[FitResult], row: ReplyRow) -> AsyncIterator[TurnEvent]:
         """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
         unused = ""
         for attempt in range(2):
@@ -170,14 +216,15 @@ class TurnEngine:
             with_tools = self.research.policy == "model"
             tools = [SEARCH_TOOL] if with_tools and self.llm.knows_tools else None
             fit_started = time.perf_counter()
-            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools and not tools,
-                                             self.llm.tools_tokens(tools))
+            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools and not tools, tools)
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
             fits.append(result)
             # After the results, the reply may not open with a call: small models repeat theirs.
-            reply = self.llm.stream(result.messages, max_tokens or self.reply_tokens, self.temperature, tools,
-                                    open_with_call=attempt == 0, not_like=unused)
+            # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
+            reply = await asyncio.to_thread(
+                self.llm.stream, result.messages, max_tokens or self.reply_tokens, self.temperature, tools,
+                open_with_call=attempt == 0, not_like=unused)
             # With the tool offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a call is not run again, only kept out of the reply.
             scanner = CallScanner(["search"], DESCRIBED if ask_model else None) if with_tools else None
@@ -204,11 +251,12 @@ class TurnEngine:
             # only repeated the call or recited the message).
             exchange = await asyncio.to_thread(self.research.run, calls, True)
             if exchange:
-                yield TurnEvent("research", stored=[self.store.append(session_id, m) for m in exchange])
+                yield TurnEvent("research", stored=await row.insert_before(exchange))
             else:  # the same prompt again: the answer may not open the way this reply did
                 unused = scanner.released + scanner.held
 
-    def _fit(self, session_id: str, instructions: str | None, with_tools: bool, tools_tokens: int = 0) -> FitResult:
+    def _fit(self, session_id: str, instructions: str | None, with_tools: bool, tools: list[dict] | None) -> FitResult:
+        tools_tokens = self.llm.tools_tokens(tools)
         transcript = self.store.transcript(session_id)
         if instructions is not None:
             transcript[0] = {"role": "system", "content": instructions}
@@ -230,6 +278,14 @@ class TurnEngine:
         """Summarize the transcript up to `end`, where the turn's fit stopped keeping exchanges, so
         the next turn can use the summary instead of dropping them. The session only grows, so the
         indices still hold."""
+        await self._model.acquire(background=True)
+        try:
+            await asyncio.to_thread(self._summarize_now, session_id, end)
+        finally:
+            self._model.release()
+
+    def _summarize_now(self, session_id: str, end: int) -> None:
+        """In a worker thread, holding the model."""
         transcript = self.store.transcript(session_id)
         _removed, summary = self.store.fit_state(session_id)
         if not end or (summary and summary.start == 1 and summary.end >= end):
@@ -238,13 +294,7 @@ class TurnEngine:
         earlier = summary.text if summary and summary.start == 1 else ""
         sized = [(m, self.llm.count_message(m)) for m in transcript[start:end]]
         chunks = chunk_messages(sized, self.budget // 2)
-        await self._model.acquire()
-        try:
-            text = await asyncio.to_thread(
-                summarize, chunks, lambda p: self.llm.complete(p, SUMMARY_REPLY_TOKENS), SUMMARY_WORDS, earlier
-            )
-        finally:
-            self._model.release()
+        text = summarize(chunks, lambda p: self.llm.complete(p, SUMMARY_REPLY_TOKENS), SUMMARY_WORDS, earlier)
         if text:
             self.store.save_summary(session_id, Summary(1, end, text))
 
