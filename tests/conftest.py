@@ -32,6 +32,19 @@ def llm(config):
     return load_llm(config)
 
 
+@pytest.fixture(scope="session")
+def speech(tts):
+    """PCM16 24 kHz speech for a sentence, made with Piper (no microphone needed)."""
+    cache: dict[str, bytes] = {}
+
+    def make(text: str) -> bytes:
+        if text not in cache:
+            cache[text] = b"".join(tts.synthesize(text, rate=24_000))
+        return cache[text]
+
+    return make
+
+
 @pytest.fixture
 def make_server(tmp_path, llm, stt, tts):
     """Start real servers (settings as Config fields) on ephemeral ports, sharing one data folder."""

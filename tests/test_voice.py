@@ -22,19 +22,6 @@ def words(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
 
 
-@pytest.fixture(scope="session")
-def speech(tts):
-    """PCM16 24 kHz speech for a sentence, made with Piper (no microphone needed)."""
-    cache: dict[str, bytes] = {}
-
-    def make(text: str) -> bytes:
-        if text not in cache:
-            cache[text] = b"".join(tts.synthesize(text, rate=24_000))
-        return cache[text]
-
-    return make
-
-
 def start_long_reply(client: Client, speech) -> list[dict]:
     """Ask for a long story and return the events up to its first audio."""
     client.append_audio(speech("Tell me a long story about a lighthouse keeper."))

@@ -206,13 +206,15 @@ def cmd_serve(config, args) -> None:
     from voice.server import Service
 
     service = Service.load(config)
-    where = f"ws://{config.host}:{config.port}/v1/realtime"
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_keys:
         print(f"parlour: warning: listening on {config.host} without API keys: anyone who can reach it may use it",
               file=sys.stderr)
-    if config.wyoming_port:
-        where += f" and tcp://{config.host}:{config.wyoming_port} (Wyoming)"
-    asyncio.run(service.serve(ready=lambda port: print(f"Parlour is listening on {where}", flush=True)))
+    wyoming = f" and tcp://{config.host}:{config.wyoming_port} (Wyoming)" if config.wyoming_port else ""
+
+    def ready(port: int) -> None:  # the bound port: --port 0 picks a free one
+        print(f"Parlour is listening on ws://{config.host}:{port}/v1/realtime{wyoming}", flush=True)
+
+    asyncio.run(service.serve(ready=ready))
 
 
 def cmd_chat(config, args) -> None:

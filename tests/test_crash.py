@@ -1,0 +1,153 @@
+"""Nothing said or heard is lost when the process dies: a real `parlour serve` killed with SIGKILL at
+different moments of one session, restarted on the same data directory, and the session resumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.realtime import Client, done, reply_text
+from tests.test_chat_stream import write_docs
+from voice.knowledge import KnowledgeBase
+from voice.store import SessionStore
+
+
+class ServerProcess:
+    """`parlour serve` as a user runs it, on a free port, with a clean environment."""
+
+    def __init__(self, data_dir: Path, tmp_path: Path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PARLOUR_")}
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "voice.cli", "serve", "--port", "0", "--data-dir", str(data_dir),
+             "--threads", "2", "--temperature", "0", "--reply-tokens", "160"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        line = self.process.stdout.readline()
+        assert "listening on ws://127.0.0.1:" in line, line + self.process.stdout.read()
+        self.port = int(line.split("127.0.0.1:")[1].split("/")[0])
+
+    def url(self, session_id: str | None = None) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime" + (f"?session_id={session_id}" if session_id else "")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def sentence_ends(text: str) -> int:
+    return sum(text.count(mark + " ") for mark in ".!?")
+
+
+@pytest.fixture
+def kill_and_restart(tmp_path):
+    data = tmp_path / "data"
+    running: list[ServerProcess] = []
+
+    def restart() -> ServerProcess:
+        if running and running[-1].process.poll() is None:
+            running[-1].kill()
+        running.append(ServerProcess(data, tmp_path))
+        return running[-1]
+
+    yield restart
+    for server in running:
+        if server.process.poll() is None:
+            server.kill()
+
+
+def test_replies_survive_sigkill_at_every_moment_of_a_session(kill_and_restart, tmp_path, speech, llm):
+    # 1. Killed in the middle of a long streamed text reply, after two sentences had arrived.
+    server = kill_and_restart()
+    client = Client(server.url())
+    session_id = client.session_id
+    client.say("Tell me a long story about a lighthouse keeper and his dog.")
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 150}})
+    streamed = ""
+    while sentence_ends(streamed) < 2:
+        event = client.recv()
+        assert event["type"] != "response.done", ("the reply ended before it could be cut", streamed)
+        if event["type"] == "response.output_text.delta":
+            streamed += event["delta"]
+    server.kill()
+
+    # 2. Killed while a spoken reply is being heard, a second after its first audio.
+    server = kill_and_restart()
+    client = Client(server.url(session_id))
+    client.append_audio(speech("Tell me a story about a fisherman who finds a bottle."))
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 150}})
+    spoken_transcript = ""
+    while (event := client.recv())["type"] != "response.output_audio.delta":
+        if event["type"] == "response.output_audio_transcript.delta":
+            spoken_transcript += event["delta"]
+    first_audio = time.monotonic()
+    while time.monotonic() - first_audio < 1.0:
+        event = client.recv()
+        assert event["type"] != "response.done", "the spoken reply ended before it could be cut"
+        if event["type"] == "response.output_audio_transcript.delta":
+            spoken_transcript += event["delta"]
+    server.kill()
+
+    # 3. Killed during research: the search's results have been announced, no reply text yet.
+    write_docs(tmp_path / "docs")  # a knowledge base from now on
+    KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(tmp_path / "docs")
+    server = kill_and_restart()
+    client = Client(server.url(session_id))
+    client.say("How much rain does Galway get?")
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 40}})
+    researched = client.until("conversation.item.done")  # the question
+    while not any(e["type"] == "conversation.item.done" and e["item"]["type"] == "function_call_output"
+                  for e in researched):
+        researched.append(client.recv())
+    assert not any(e["type"] == "response.output_text.delta" for e in researched)
+    server.kill()
+
+    # 4. Killed during transcription: the commit was sent, nothing answered yet.
+    server = kill_and_restart()
+    client = Client(server.url(session_id))
+    client.append_audio(speech("This question is never heard."))
+    client.send({"type": "input_audio_buffer.commit"})
+    server.kill()
+
+    # The store, read as the restarted service reads it.
+    server = kill_and_restart()
+    store = SessionStore(tmp_path / "data" / "sessions.sqlite3")
+    stored = store.messages(session_id)
+    roles = [m.message["role"] for m in stored]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant", "tool"], roles
+    assert not any(m.status == "in_progress" for m in stored)
+
+    story = stored[1]  # 1: up to its last stored sentence, a prefix of what was streamed
+    assert story.status == "interrupted" and story.message["content"]
+    assert flat(streamed).startswith(flat(story.message["content"]))
+    assert story.message["content"].rstrip()[-1] in ".!?,;:"
+
+    spoken = stored[3]  # 2: the sentences whose audio had been sent, with their timeline
+    assert spoken.status == "interrupted" and spoken.message["content"]
+    timeline = spoken.figures["timeline"]
+    assert spoken.message["content"] == " ".join(sentence for sentence, _, _ in timeline)
+    assert flat(spoken_transcript).startswith(flat(spoken.message["content"]))
+    assert "fisherman" in stored[2].message["content"].lower()
+
+    assert stored[5].message["tool_calls"][0]["function"]["name"] == "search"  # 3: the research is kept
+    assert "1,200 mm" in stored[6].message["content"]
+
+    # The next turn's prompt holds everything kept, interrupted replies and research included.
+    client = Client(server.url(session_id))
+    follow_up = client.ask("In one sentence, what were we talking about?", max_tokens=12)
+    assert done(follow_up)["status"] == "completed" and reply_text(follow_up)
+    transcript = store.transcript(session_id)
+    assert transcript[2]["content"] == story.message["content"]
+    assert int(done(follow_up)["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+    client.close()
+    store.close()
