@@ -13,6 +13,7 @@ strict templates' role alternation intact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -34,6 +35,8 @@ Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
+# Cached message counts: about 190 bytes an entry (a 16-byte key, its int, the ordering), so 9.5 MB.
+COUNT_CACHE_ENTRIES = 50_000
 
 
 class ContextOverflow(ValueError):
@@ -170,7 +173,8 @@ class LanguageModel:
         self._eos_text = vocab_token("tokenizer.ggml.eos_token_id")
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
         self._lock = threading.Lock()
-        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._counts_lock = threading.Lock()
         self._openers: np.ndarray | None = None
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
@@ -213,18 +217,22 @@ class LanguageModel:
         return self.count([_STUB_SYSTEM], tools) - self.count([_STUB_SYSTEM])
 
     def count_message(self, message: Message) -> int:
-        """Tokens this message adds to a prompt that starts with a system message. Cached by content."""
-        key = json.dumps(message, sort_keys=True)
-        if key in self._counts:
-            self._counts.move_to_end(key)
-            return self._counts[key]
+        """Tokens this message adds to a prompt that starts with a system message. Cached by content,
+        safe to call from several threads."""
+        # A 16-byte digest as the key: the cache's size does not depend on how long messages are.
+        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
+        with self._counts_lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
         if message.get("role") == "system":
             count = len(self._tokenize(self._render([message], generation_prompt=False)))
         else:
             count = self._count_after_stub(message)
-        self._counts[key] = count
-        if len(self._counts) > 50_000:
-            self._counts.popitem(last=False)
+        with self._counts_lock:
+            self._counts[key] = count
+            while len(self._counts) > COUNT_CACHE_ENTRIES:
+                self._counts.popitem(last=False)
         return count
 
     def _count_after_stub(self, message: Message) -> int:

@@ -30,7 +30,7 @@ async def transcribe_commit(conn, audio: bytes) -> None:
     if not transcript.text:
         raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
     item_id = new_id("item")
-    previous = conn.service.store.messages(conn.session_id)
+    previous = await asyncio.to_thread(conn.service.store.messages, conn.session_id)
     previous_id = previous[-1].item_id if previous else None
     await conn.send(events.event("input_audio_buffer.committed", previous_item_id=previous_id, item_id=item_id))
     await conn.add_user_message(transcript.text, audio=True, item_id=item_id)

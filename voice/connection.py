@@ -60,13 +60,13 @@ class Connection:
             self.cancel.set()
             self.ws.transport.abort()
 
-    def session_object(self) -> dict:
-        return events.session(self.session_id, self.service.store.instructions(self.session_id),
-                              self.modalities, self.speed, self.service.voice_name)
+    async def session_object(self) -> dict:
+        instructions = await asyncio.to_thread(self.service.store.instructions, self.session_id)
+        return events.session(self.session_id, instructions, self.modalities, self.speed, self.service.voice_name)
 
     # The event loop of one connection --------------------------------------------------------
     async def run(self) -> None:
-        await self.send(events.event("session.created", session=self.session_object()))
+        await self.send(events.event("session.created", session=await self.session_object()))
         try:
             async for raw in self.ws:
                 await self.dispatch(raw)
@@ -119,7 +119,7 @@ class Connection:
             instructions = update["instructions"]
             if not isinstance(instructions, str):
                 raise BadEvent("session.instructions must be a string", "invalid_value", "session.instructions")
-            self.service.store.set_instructions(self.session_id, instructions)
+            await asyncio.to_thread(self.service.store.set_instructions, self.session_id, instructions)
         if "output_modalities" in update:
             self.modalities = self.checked_modalities(update["output_modalities"], "session.output_modalities")
         speed = ((update.get("audio") or {}).get("output") or {}).get("speed")
@@ -129,7 +129,7 @@ class Connection:
                                "session.audio.output.speed")
             self.speed = float(speed)
         # Everything else a client may send (voice names, turn detection, tools...) is ignored.
-        await self.send(events.event("session.updated", session=self.session_object()))
+        await self.send(events.event("session.updated", session=await self.session_object()))
 
     def checked_modalities(self, value, param: str) -> list[str]:
         if not isinstance(value, list) or set(value) not in MODALITIES:
@@ -161,8 +161,9 @@ class Connection:
 
     async def add_user_message(self, text: str, audio: bool = False, item_id: str | None = None) -> None:
         """Store the question now, before any reply, and announce it."""
-        previous = self.service.store.messages(self.session_id)
-        stored = self.service.store.append(self.session_id, {"role": "user", "content": text}, item_id=item_id)
+        previous = await asyncio.to_thread(self.service.store.messages, self.session_id)
+        stored = await asyncio.to_thread(self.service.store.append, self.session_id, {"role": "user", "content": text},
+                                         item_id=item_id)
         payload = events.item(stored, audio=audio)
         previous_id = previous[-1].item_id if previous else None
         await self.send(events.event("conversation.item.added", previous_item_id=previous_id, item=payload))
@@ -187,7 +188,7 @@ class Connection:
                                          or max_tokens < 1):
             raise BadEvent("response.max_output_tokens must be a positive whole number or \"inf\"",
                            "invalid_value", "response.max_output_tokens")
-        messages = self.service.store.messages(self.session_id)
+        messages = await asyncio.to_thread(self.service.store.messages, self.session_id)
         if not messages or messages[-1].message["role"] != "user":
             raise BadEvent("there is no new user message to respond to", "no_user_message")
         self.cancel = threading.Event()
@@ -227,7 +228,7 @@ class Connection:
                            "audio_end_ms")
         if self.response and not self.response.done() and self.response_item == item_id:
             await asyncio.shield(self.response)  # truncate what was stored once the reply has stopped
-        stored = self.service.store.message(self.session_id, item_id)
+        stored = await asyncio.to_thread(self.service.store.message, self.session_id, item_id)
         if stored is None or stored.message["role"] != "assistant":
             raise BadEvent(f"no assistant item {item_id} in this session", "item_not_found", "item_id")
         timeline = stored.figures.get("timeline")
@@ -236,7 +237,8 @@ class Connection:
         # A reply heard to its end keeps its text; otherwise (cut short by the listener, or by a
         # cancel before all of it was spoken) it keeps the sentences that were actually heard.
         if audio_end_ms < timeline[-1][2] or stored.status != "complete":
-            self.service.store.update(self.session_id, item_id, heard_text(timeline, audio_end_ms), "interrupted")
+            await asyncio.to_thread(self.service.store.update, self.session_id, item_id,
+                                    heard_text(timeline, audio_end_ms), "interrupted")
         await self.send(events.event("conversation.item.truncated", item_id=item_id,
                                      content_index=data.get("content_index", 0)
                                      if isinstance(data.get("content_index"), int) else 0,

@@ -176,8 +176,8 @@ class WyomingHandler(AsyncEventHandler):
         store, context = self.service.store, transcript.context or {}
         conversation = str(context.get("conversation_id") or "")
         session_id = session_for(conversation) if conversation else None
-        if session_id is None or not store.exists(session_id):
-            session_id = store.create(self.service.config.instructions, session_id=session_id)
+        if session_id is None or not await asyncio.to_thread(store.exists, session_id):
+            session_id = await asyncio.to_thread(store.create, self.service.config.instructions, session_id=session_id)
         if not transcript.text.strip():
             await self.write_event(NotHandled(text="nothing was said", context=context).event())
             return
