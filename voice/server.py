@@ -7,7 +7,11 @@
 `Service` holds the loaded engines, the session store and the turn engine; each websocket
 connection gets a `Connection`. With API keys configured, a connection must present one
 (`Authorization: Bearer KEY`, or the subprotocol `openai-insecure-api-key.KEY` that browser clients
-use) and sees only the sessions made with that key.
+use) and sees only the sessions made with that key. Every request must name the server in its Host
+(voice.hosts), and at most `max_connections` websockets are open at once.
+
+Blocking work (SQLite, the models) runs in worker threads (`asyncio.to_thread`); the event loop
+only moves events.
 """
 
 from __future__ import annotations
