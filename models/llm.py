@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,12 +61,15 @@ class ReplyStream:
     _pieces: Iterator[str]
     stats: ReplyStats = field(default_factory=ReplyStats)
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    _on_cancel: Callable[[], None] | None = None  # what else stops it (a remote reply closes its stream)
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces
 
     def cancel(self) -> None:
         self._cancelled.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -145,17 +148,19 @@ class LanguageModel:
     """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
 
     def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
-                 repeat_penalty: float = 1.0):
+                 repeat_penalty: float = 1.0, vocab_only: bool = False):
+        """`vocab_only` loads the tokenizer and chat template alone, for counting (a remote model's)."""
         from llama_cpp import Llama
 
         self.path = Path(model_path)
+        self.name = self.path.name
         self.context = context
         # 1.0 (off) by measurement (scripts/eval_model.py): at 1.1 the 0.5B model answered 9 of 20
         # facts, follow-ups and sums against 11 of 20 without; the 1.5B 18 of 20 either way.
         self.repeat_penalty = repeat_penalty
         self._llm = Llama(
             model_path=str(self.path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
-            seed=seed, verbose=False,
+            seed=seed, verbose=False, vocab_only=vocab_only,
         )
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")

@@ -63,11 +63,12 @@ def make_server(tmp_path, llm, stt, tts):
     """Start real servers (settings as Config fields) on ephemeral ports, sharing one data folder."""
     servers: list[RunningServer] = []
 
-    def make(**settings) -> RunningServer:
+    def make(model=None, **settings) -> RunningServer:
+        """`model`: another language model than the session's (a remote one, say)."""
         # Greedy decoding, so a run's replies can be reproduced; a test may ask for sampling.
-        defaults = {"reply_tokens": 64, "temperature": 0.0}
-        config = Config(threads=2, data_dir=str(tmp_path / "data"), **{**defaults, **settings})
-        servers.append(RunningServer(config, llm, stt, tts))
+        defaults = {"reply_tokens": 64, "temperature": 0.0, "data_dir": str(tmp_path / "data")}
+        config = Config(threads=2, **{**defaults, **settings})
+        servers.append(RunningServer(config, model or llm, stt, tts))
         return servers[-1]
 
     yield make

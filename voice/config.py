@@ -32,6 +32,9 @@ DEFAULT_INSTRUCTIONS = (
 @dataclass
 class Config:
     llm_model: str = ""  # a profile name (models.weights.PROFILES) or a GGUF file; empty: the default profile
+    llm_url: str = ""  # an OpenAI-compatible server's base URL (http://HOST:PORT/v1); empty: the model runs here
+    llm_api_key: str = ""  # the key that server wants, if any
+    max_inflight: int = 4  # with llm_url: replies generated at once (at most llama-server's --parallel)
     stt_model: str = ""  # a faster-whisper model directory; empty means tiny.en
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens
@@ -98,6 +101,8 @@ def _convert(key: str, value: object, origin: str) -> object:
         return value
     if not isinstance(value, str):
         raise ConfigError(f"{origin}: {key} must be a string, got {value!r}")
+    if key == "llm_url" and value and not value.startswith(("http://", "https://")):
+        raise ConfigError(f"{origin}: llm_url must be an http(s) URL such as http://127.0.0.1:8080/v1, got {value!r}")
     if key in CHOICES and value not in CHOICES[key]:
         raise ConfigError(f"{origin}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}")
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from contextlib import aclosing
 
@@ -18,12 +19,14 @@ from websockets.exceptions import ConnectionClosed
 from fitting import FitError
 from models.audio import AudioError
 from models.llm import ContextOverflow
+from models.remote_llm import ModelServerError
 from voice import events
 from voice.audio_turn import speak_reply, transcribe_commit
 from voice.speech import AudioBuffer, heard_text
 from voice.store import new_id
 from voice.turns import NothingToAnswer, ServerBusy
 
+log = logging.getLogger("parlour")
 MODALITIES = ({"text"}, {"audio"})
 SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
 
@@ -45,6 +48,7 @@ class Connection:
         self.spoken: dict = {}  # the last commit's timing, for the spoken reply that follows it
         self.response: asyncio.Task | None = None
         self.response_item: str | None = None
+        self.opened: str | None = None  # the response whose response.created was sent
         self.cancel = threading.Event()
         self.closed = False
 
@@ -257,6 +261,21 @@ class Connection:
             await self.send(events.error(f"the server is busy: {busy}", "server_busy", "server_error"))
         except (NothingToAnswer, FitError, ContextOverflow) as problem:
             await self.send(events.error(str(problem), "cannot_respond"))
+        except ModelServerError as failure:
+            await self.fail_response(response_id, modalities, str(failure), "model_server_error")
+        except Exception as failure:  # a bug or a broken engine: said in-band, the connection goes on
+            log.exception("a response failed")
+            await self.fail_response(response_id, modalities, f"the response failed: {failure}", "internal_error")
+
+    async def fail_response(self, response_id: str, modalities: list[str], message: str, code: str) -> None:
+        """`error`, then `response.done` with status `failed` (after `response.created` if not yet sent)."""
+        failure = {"type": "server_error", "code": code, "message": message}
+        await self.send(events.error(message, code, "server_error"))
+        if self.opened != response_id:
+            await self.send(events.event("response.created", response=events.response(
+                response_id, self.session_id, "in_progress", modalities, [])))
+        await self.send(events.event("response.done", response=events.response(
+            response_id, self.session_id, "failed", modalities, [], failure=failure)))
 
     async def open_output(self, response_id: str, item_id: str, audio: bool) -> None:
         """response.created, then the reply's item and its one content part.
@@ -264,6 +283,7 @@ class Connection:
         Sent once the turn holds the model, so a busy server answers with one error and no response.
         """
         modalities = ["audio"] if audio else ["text"]
+        self.opened = response_id
         await self.send(events.event("response.created", response=events.response(
             response_id, self.session_id, "in_progress", modalities, [])))
         await self.send(events.event("response.output_item.added", response_id=response_id, output_index=0,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from models.llm import LanguageModel
+from models.remote_llm import RemoteLanguageModel
 from models.stt import SpeechToText
 from models.tts import TextToSpeech
 from models.weights import SPEECH, llm_profile, require, resolve
@@ -31,8 +32,13 @@ def load_stt(config: Config) -> SpeechToText:
     return SpeechToText(stt_path(config), threads=config.threads)
 
 
-def load_llm(config: Config) -> LanguageModel:
-    return LanguageModel(llm_path(config), context=config.context, threads=config.threads)
+def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
+    """The model in this process, or with `llm_url` the server's, counted with the tokenizer of
+    `llm_model` when one is given (loaded vocabulary-only) and estimated otherwise."""
+    if not config.llm_url:
+        return LanguageModel(llm_path(config), context=config.context, threads=config.threads)
+    tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True) if config.llm_model else None
+    return RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)
 
 
 def load_tts(config: Config) -> TextToSpeech:

@@ -85,11 +85,13 @@ def assistant_item(item_id: str, text: str, status: str, audio: bool) -> dict:
 
 
 def response(response_id: str, session_id: str, status: str, modalities: list[str], output: list[dict],
-             figures: dict | None = None, reason: str | None = None) -> dict:
+             figures: dict | None = None, reason: str | None = None, failure: dict | None = None) -> dict:
+    """A response object; `failure` ({"type", "code", "message"}) says why a `failed` one failed."""
     body: dict = {"id": response_id, "object": "realtime.response", "conversation_id": session_id,
                   "status": status, "output_modalities": modalities, "output": output}
-    if reason:
-        body["status_details"] = {"type": status, "reason": reason}
+    if reason or failure:
+        body["status_details"] = {"type": status, **({"reason": reason} if reason else {}),
+                                  **({"error": failure} if failure else {})}
     if figures is not None:
         prompt, cached = figures.get("prompt_tokens", 0), figures.get("cached_tokens", 0)
         completion = figures.get("completion_tokens", 0)

@@ -31,6 +31,7 @@ from websockets.http11 import Request, Response
 
 from websockets.protocol import State
 
+from models.remote_llm import RemoteLanguageModel
 from voice.config import Config
 from voice.connection import Connection
 from voice.hosts import HostCheck
@@ -75,8 +76,9 @@ class Service:
         self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
         self.store, self.knowledge = store, knowledge
         self.research = Research(config.research, knowledge)
+        remote = isinstance(llm, RemoteLanguageModel)
         self.engine = TurnEngine(llm, store, self.research, config.context, config.reply_tokens, config.max_queue,
-                                 config.temperature)
+                                 config.temperature, config.max_inflight if remote else 1)
         self.owners = {owner_of(key) for key in config.api_keys}
         self.voice_name = tts.name
         self.port: int | None = None
@@ -116,10 +118,13 @@ class Service:
         if url.path == "/":
             return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
         if url.path == "/healthz":
-            return json_response(HTTPStatus.OK, {"status": "ok", "model": self.llm.path.name,
-                                                 "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}",
-                                                 "voice": self.voice_name,
-                                                 "waiting": self.engine.waiting})
+            health = {"status": "ok", "model": self.llm.name, "backend": "local",
+                      "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}", "voice": self.voice_name,
+                      "waiting": self.engine.waiting}
+            if isinstance(self.llm, RemoteLanguageModel):
+                health.update(backend=self.llm.url, model_server=await asyncio.to_thread(self.llm.ping),
+                              measured_by=self.llm.measured_by)
+            return json_response(HTTPStatus.OK, health)
         if url.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
         owner = self.owner(request)

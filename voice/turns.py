@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fitting import FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
+from models.remote_llm import RemoteLanguageModel
 from models.tool_calls import CallScanner
 from voice.reply_row import ReplyRow
 from voice.research import DESCRIBED, SEARCH_TOOL, TOOL_INSTRUCTIONS, Research
@@ -36,18 +37,21 @@ SUMMARY_REPLY_TOKENS = 200
 class ModelQueue:
     """Who uses the model next: turns in arrival order, then background summaries.
 
-    A turn never waits behind a summary that has not started; a summary that has started runs to
-    its end. `acquire` hands the model over directly on `release`, so nobody can slip in between.
+    `capacity` replies run at once: 1 for the model in this process, `max_inflight` for a model
+    server that batches. A turn never waits behind a summary that has not started; a summary that
+    has started runs to its end. `release` hands a place directly to the next waiter, so nobody can
+    slip in between.
     """
 
-    def __init__(self) -> None:
-        self._busy = False
+    def __init__(self, capacity: int = 1) -> None:
+        self.capacity = capacity
+        self._holders = 0
         self._turns: deque[asyncio.Future] = deque()
         self._background: deque[asyncio.Future] = deque()
 
     async def acquire(self, background: bool = False) -> None:
-        if not self._busy:  # free means nobody waits: release hands the model to the next waiter
-            self._busy = True
+        if self._holders < self.capacity:  # a free place means nobody waits: release hands places over
+            self._holders += 1
             return
         future = asyncio.get_running_loop().create_future()
         waiters = self._background if background else self._turns
@@ -66,9 +70,9 @@ class ModelQueue:
             while waiters:
                 future = waiters.popleft()
                 if not future.done():
-                    future.set_result(None)  # still busy: the model passes to this waiter
+                    future.set_result(None)  # the place passes to this waiter
                     return
-        self._busy = False
+        self._holders -= 1
 
 
 class ServerBusy(Exception):
@@ -92,8 +96,9 @@ def _ms(seconds: float) -> int:
 
 
 class TurnEngine:
-    def __init__(self, llm: LanguageModel, store: SessionStore, research: Research, context: int,
-                 reply_tokens: int = 256, max_queue: int = 8, temperature: float = 0.2):
+    def __init__(self, llm: LanguageModel | RemoteLanguageModel, store: SessionStore, research: Research,
+                 context: int, reply_tokens: int = 256, max_queue: int = 8, temperature: float = 0.2,
+                 max_inflight: int = 1):
         self.llm, self.store, self.research = llm, store, research
         self.budget = context - reply_tokens
         if self.budget <= 0:
@@ -103,7 +108,7 @@ class TurnEngine:
         # (scripts/bench_voice.py shows a 4,700-token re-prefill costing about 24 s here).
         self.low_water = self.budget // 2
         self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
-        self._model = ModelQueue()
+        self._model = ModelQueue(max_inflight)
         self._waiting = 0
         self._background: set[asyncio.Task] = set()
         self.recent: list[dict] = []  # the last turns' figures, newest last

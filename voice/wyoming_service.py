@@ -37,6 +37,7 @@ from wyoming.info import (
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
+from models.remote_llm import ModelServerError
 from voice.speech import Sentences
 from voice.turns import NothingToAnswer, ServerBusy
 
@@ -59,7 +60,7 @@ def describe(service) -> Info:
     voice = TtsVoice(name=service.tts.name, description=f"Piper voice {service.tts.name}",
                      attribution=Attribution("Piper", "https://github.com/OHF-Voice/piper1-gpl"),
                      installed=True, version=version("piper-tts"), languages=[service.tts.name.split("-")[0]])
-    assistant = HandleModel(name=service.llm.path.name, description="the local language model, with memory",
+    assistant = HandleModel(name=service.llm.name, description="the language model, with memory",
                             attribution=parlour, installed=True, version=ours, languages=["en"])
     return Info(
         asr=[AsrProgram(name="parlour-asr", description="Parlour speech-to-text", attribution=parlour,
@@ -189,7 +190,7 @@ class WyomingHandler(AsyncEventHandler):
                 if turn.kind == "delta":
                     said.append(turn.text)
                     await self.write_event(HandledChunk(text=turn.text).event())
-        except (ServerBusy, NothingToAnswer) as problem:
+        except (ServerBusy, NothingToAnswer, ModelServerError) as problem:
             await self.write_event(HandledStop().event())
             await self.write_event(NotHandled(text=str(problem), context=context).event())
             return
