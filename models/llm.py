@@ -180,7 +180,7 @@ class LanguageModel:
         self._lock = threading.Lock()
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._counts_lock = threading.Lock()
-        self._openers: np.ndarray | None = None
+        self._openers: tuple[np.ndarray, np.ndarray] | None = None
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([_STUB_SYSTEM], True))) - len(
@@ -261,43 +261,59 @@ class LanguageModel:
     # Generation -------------------------------------------------------------------------------
     def stream(
         self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
-        tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
+        tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "", must_call: bool = False,
     ) -> ReplyStream:
         """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
         reply from starting with anything that opens a tool call (a reply after the results), and
         `not_like` from starting with that text's first token (an earlier reply to the same prompt
-        that could not be used: greedy decoding would only write it again)."""
+        that could not be used: greedy decoding would only write it again). `must_call` makes it
+        start with the opening of a call (a client's `required` tool_choice)."""
         prompt = self.tokens(messages, tools)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))
         avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() else []
         reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
-                                       open_with_call, avoid)
+                                       open_with_call, avoid, must_call)
         return reply
 
-    def _call_openers(self) -> np.ndarray:
-        """Token ids whose text may begin a tool call, found once, by the generating thread (the scan of
-        the vocabulary takes about half a second)."""
+    def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids whose text may begin a tool call, and of those the ones that are more than white
+        space; found once, by the generating thread (the vocabulary scan takes about half a second)."""
         if self._openers is None:
             texts = ((token, self._llm.detokenize([token], special=True).decode("utf-8", "ignore"))
                      for token in range(self._llm.n_vocab()))
-            self._openers = np.array([token for token, text in texts if _may_open_a_call(text)], dtype=np.int64)
+            openers = [(token, text) for token, text in texts if _may_open_a_call(text)]
+            self._openers = (np.array([token for token, _ in openers], dtype=np.int64),
+                             np.array([token for token, text in openers if text.strip()], dtype=np.int64))
         return self._openers
 
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
-                  open_with_call: bool = True, avoid: list[int] | None = None) -> Iterator[str]:
+                  open_with_call: bool = True, avoid: list[int] | None = None,
+                  must_call: bool = False) -> Iterator[str]:
         from llama_cpp import LogitsProcessorList, llama_vocab_is_eog
 
         stats = reply.stats
         with self._lock:
             started = time.perf_counter()
             processors = None
-            if not open_with_call or avoid:
-                banned = np.concatenate([self._call_openers() if not open_with_call else [], avoid or []]).astype(np.int64)
+            if must_call:
+                allowed = self._call_openers()[1]
+
+                def call_at_start(input_ids, scores):
+                    if len(input_ids) == len(prompt):  # only the reply's first token
+                        kept = scores[allowed].copy()
+                        scores[:] = -np.inf
+                        scores[allowed] = kept
+                    return scores
+
+                processors = LogitsProcessorList([call_at_start])
+            elif not open_with_call or avoid:
+                banned = np.concatenate([self._call_openers()[0] if not open_with_call else [], avoid or []]).astype(
+                    np.int64)
 
                 def ban_at_start(input_ids, scores):
                     if len(input_ids) == len(prompt):  # only the reply's first token

@@ -43,7 +43,7 @@ class Chromium:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list") as answer:
                 pages = [p for p in json.load(answer) if p["type"] == "page"]
             time.sleep(0.1)
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, legacy=True)
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None)
         self.ids = itertools.count(1)
 
     def call(self, method: str, **params) -> dict:

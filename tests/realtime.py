@@ -16,6 +16,8 @@ from voice.config import Config
 from voice.server import Service
 
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
+# A response that answered: whole, or cut at max_output_tokens (tests keep replies short).
+ANSWERED = ("completed", "incomplete")
 
 
 class RunningServer:
@@ -66,7 +68,7 @@ class Client:
 
     def __init__(self, url: str, api_key: str | None = None, **options):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self.ws = connect(url, additional_headers=headers, max_size=None, open_timeout=30, legacy=True, **options)
+        self.ws = connect(url, additional_headers=headers, max_size=None, open_timeout=30, **options)
         self.events: list[dict] = []
         self.session = self.recv()
         assert self.session["type"] == "session.created"

@@ -11,7 +11,7 @@ import threading
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from tests.realtime import Client, done
+from tests.realtime import ANSWERED, Client, done
 from voice.hosts import HostCheck
 from voice.turns import ModelQueue
 
@@ -90,7 +90,7 @@ def test_connections_beyond_the_limit_are_refused_until_one_closes(make_server):
             threading.Event().wait(0.1)
     else:
         pytest.fail("a slot did not come free after a connection closed")
-    assert done(third.ask("Say yes.", max_tokens=4))["status"] == "completed"
+    assert done(third.ask("Say yes.", max_tokens=4))["status"] in ANSWERED
     third.close()
     second.close()
 
@@ -106,7 +106,7 @@ def test_audio_beyond_the_cap_gets_an_error_and_the_next_turn_is_served(make_ser
     question = b"".join(tts.synthesize("What is the capital of France?"))
     assert len(question) < 2 * 48_000
     response = done(client.speak(question, max_tokens=12))
-    assert response["status"] == "completed"
+    assert response["status"] in ANSWERED
     client.close()
 
 
@@ -121,8 +121,9 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
             client.say(f"Client {number}, question {turn}: say the word ok.")
             client.send({"type": "response.create",
                          "response": {"output_modalities": ["text"], "max_output_tokens": 3}})
-            last = client.until("response.done", "error")[-1]
-            seen.append(last["response"]["status"] if last["type"] == "response.done" else last["error"]["code"])
+            response = done(client.until("response.done"))  # every response ends so, busy or not
+            seen.append(response["status_details"]["error"]["code"] if response["status"] == "failed"
+                        else response["status"])
         outcomes[number] = [client.session_id, *seen]
         client.close()
 
@@ -133,8 +134,9 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
         thread.join(600)
     assert len(outcomes) == 16
     results = [r for _, *seen in outcomes.values() for r in seen]
-    assert set(results) <= {"completed", "server_busy"}, results
-    assert results.count("completed") >= 9  # the one served plus the max_queue that may wait, at least
+    assert set(results) <= {"completed", "incomplete", "server_busy"}, results
+    assert len(results) - results.count("server_busy") >= 9  # the one served plus the max_queue that may wait
+    assert "server_busy" in results
     store = server.service.store
     for number, (session_id, *seen) in outcomes.items():
         stored = store.messages(session_id)
@@ -143,7 +145,7 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
         # Every answered question is followed by its reply, in order.
         replies_after = [stored[i + 1].message["role"] == "assistant" if i + 1 < len(stored) else False
                          for i, m in enumerate(stored) if m.message["role"] == "user"]
-        assert sum(replies_after) == seen.count("completed"), (seen, [m.message for m in stored])
+        assert sum(replies_after) == len(seen) - seen.count("server_busy"), (seen, [m.message for m in stored])
 
 
 def test_turns_go_before_summaries_that_have_not_started():

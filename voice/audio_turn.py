@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from voice import events
+from voice.client_events import BadEvent
 from voice.reply_row import ReplyRow
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 from voice.store import new_id
@@ -23,8 +24,6 @@ def _ms(seconds: float) -> int:
 
 async def transcribe_commit(conn, audio: bytes) -> None:
     """Transcribe committed audio, store the question, and announce it (commit, item, transcript)."""
-    from voice.connection import BadEvent
-
     committed_at = time.perf_counter()
     transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
     if not transcript.text:
@@ -41,19 +40,16 @@ async def transcribe_commit(conn, audio: bytes) -> None:
     conn.spoken = {"committed_at": committed_at, "stt_ms": _ms(transcript.seconds)}
 
 
-async def speak_reply(conn, response_id: str, item_id: str, instructions: str | None,
-                      max_tokens: int | None) -> None:
+async def speak_reply(conn, response) -> None:
     """The audio response: transcript deltas, audio deltas sentence by sentence, then the .done events."""
     spoken, conn.spoken = conn.spoken, {}
     started = spoken.get("committed_at", time.perf_counter())
-    ids = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
     tts, cancel = conn.service.tts, conn.cancel
     speed = conn.speed
     queue: asyncio.Queue = asyncio.Queue()
     timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
     marks: dict = {}
-
-    row = ReplyRow(conn.service.store, conn.session_id, item_id)
+    row = ReplyRow(conn.service.store, conn.session_id, response.item_id)
 
     async def speaker() -> None:
         sent_ms = 0
@@ -66,7 +62,8 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
                 if cancel.is_set():
                     break
                 marks.setdefault("first_audio_ms", _ms(time.perf_counter() - started))
-                await conn.send(events.event("response.output_audio.delta", **ids, delta=audio_delta(chunk)))
+                await conn.send(events.event("response.output_audio.delta", **conn.delta_ids(response),
+                                             delta=audio_delta(chunk)))
                 sent_ms += len(chunk) // BYTES_PER_MS
             timeline.append([sentence, start, sent_ms])
             if not cancel.is_set():  # its audio is all sent: the sentence is stored
@@ -77,13 +74,13 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
 
     async def on_delta(text: str) -> None:
         marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
-        await conn.send(events.event("response.output_audio_transcript.delta", **ids, delta=text))
+        await conn.send(events.event("response.output_audio_transcript.delta", **conn.delta_ids(response), delta=text))
         for sentence in sentences.feed(text):
             queue.put_nowait(sentence)
 
     result = None
     try:
-        result = await conn.stream_turn(response_id, item_id, instructions, max_tokens, True, on_delta, row)
+        result = await conn.stream_turn(response, on_delta, row)
         if rest := sentences.flush():
             queue.put_nowait(rest)
     finally:
@@ -91,13 +88,13 @@ async def speak_reply(conn, response_id: str, item_id: str, instructions: str | 
         await speaking
         if result is None:  # failed or stopped from outside mid-speech: keep what was spoken
             await row.abandon({"timeline": timeline})
-    if result is None:
-        return
     text, figures = result
     status = "interrupted" if cancel.is_set() else figures.get("status", "complete")
     figures.update(spoken, status=status, **marks)
     figures.pop("committed_at", None)
     figures["total_ms"] = _ms(time.perf_counter() - started)
-    # The stored reply keeps its sentences' audio offsets, for conversation.item.truncate.
-    await row.finish(text, status, {**figures, "timeline": timeline})
-    await conn.finish_response(response_id, item_id, text, figures, ["audio"])
+    # The stored reply keeps its sentences' audio offsets, for conversation.item.truncate. A reply
+    # that only called the client's functions has no words to store.
+    if text or not figures.get("tool_calls"):
+        await row.finish(text, status, {**figures, "timeline": timeline})
+    await conn.finish_response(response, text, figures)

@@ -283,7 +283,7 @@ def cmd_sessions(config, args) -> None:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
             print(f"{info.id}  {when}  {info.messages:>4} messages  {info.title}")
     elif args.action == "show":
-        for stored in store.messages(_session(config, args.session)):
+        for stored in store.messages(_session(config, args.session), deleted=True):
             message = stored.message
             text = message.get("content") or " ".join(tool_call_text(c) for c in message.get("tool_calls") or [])
             status = "" if stored.status == "complete" else f" ({stored.status})"

@@ -47,7 +47,7 @@ def item(stored: StoredMessage, audio: bool = False) -> dict:
     """A stored message as a Realtime conversation item."""
     message = stored.message
     role = message["role"]
-    status = "completed" if stored.status == "complete" else "incomplete"
+    status = {"complete": "completed", "in_progress": "in_progress"}.get(stored.status, "incomplete")
     if role == "tool":
         return {"id": stored.item_id, "object": "realtime.item", "type": "function_call_output",
                 "call_id": message.get("tool_call_id") or "", "output": message.get("content") or "",
@@ -58,7 +58,7 @@ def item(stored: StoredMessage, audio: bool = False) -> dict:
                 "call_id": call["id"], "name": call["function"]["name"],
                 "arguments": call["function"]["arguments"], "status": "completed"}
     text = message.get("content") or ""
-    if role == "user":
+    if role in ("user", "system"):
         part = {"type": "input_audio", "transcript": text} if audio else {"type": "input_text", "text": text}
     else:
         part = {"type": "output_audio", "transcript": text} if audio else {"type": "output_text", "text": text}
@@ -85,8 +85,10 @@ def assistant_item(item_id: str, text: str, status: str, audio: bool) -> dict:
 
 
 def response(response_id: str, session_id: str, status: str, modalities: list[str], output: list[dict],
-             figures: dict | None = None, reason: str | None = None, failure: dict | None = None) -> dict:
-    """A response object; `failure` ({"type", "code", "message"}) says why a `failed` one failed."""
+             figures: dict | None = None, reason: str | None = None, failure: dict | None = None,
+             metadata: dict | None = None) -> dict:
+    """A response object; `failure` ({"type", "code", "message"}) says why a `failed` one failed, and
+    `metadata` (the client's, from response.create) is echoed, beside the turn's figures."""
     body: dict = {"id": response_id, "object": "realtime.response", "conversation_id": session_id,
                   "status": status, "output_modalities": modalities, "output": output}
     if reason or failure:
@@ -102,4 +104,6 @@ def response(response_id: str, session_id: str, status: str, modalities: list[st
         }
         # Metadata values are strings in the protocol; lists and flags are written as JSON.
         body["metadata"] = {k: v if isinstance(v, str) else json.dumps(v) for k, v in figures.items()}
+    if metadata:
+        body["metadata"] = {**body.get("metadata", {}), **metadata}
     return body

@@ -39,6 +39,21 @@ TOOL_INSTRUCTIONS = (
     "Search for questions about the user's own appointments, codes, passwords, home or plans; "
     "answer everything else directly."
 )
+def tool_instructions(search: bool, client_tools: list[dict]) -> str:
+    """The tools in words, for templates that cannot declare them: `search` as tuned above, and a
+    client's functions by name, parameters and description."""
+    parts = [TOOL_INSTRUCTIONS] if search else []
+    if client_tools:
+        lines = []
+        for tool in client_tools:
+            function = tool["function"]
+            parameters = ", ".join((function.get("parameters") or {}).get("properties") or {})
+            lines.append(f"- {function['name']}({parameters}): {function.get('description') or ''}".rstrip(": "))
+        parts.append("You can call these functions:\n" + "\n".join(lines) + "\nTo call one, reply with only "
+                     'this line and nothing else:\n<tool_call>{"name": "...", "arguments": {...}}</tool_call>')
+    return "\n\n".join(parts)
+
+
 DESCRIBED = {"search": "query"}  # a search asked for in words: 'search ... with the query "..."'
 
 

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,10 @@ CREATE TABLE IF NOT EXISTS summaries (
     PRIMARY KEY (session_id, start, end)
 );
 """
+
+
+class ItemConflict(ValueError):
+    """A client's item id that is taken, or a previous_item_id that is not in the session."""
 
 
 class UnknownSession(KeyError):
@@ -177,16 +182,9 @@ class SessionStore:
     # Messages ---------------------------------------------------------------------------------
     def append(self, session_id: str, message: dict, status: str = "complete", figures: dict | None = None,
                item_id: str | None = None) -> StoredMessage:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                stored = self._insert(session_id, self._next_position(session_id), item_id or new_id("item"),
-                                      message, status, figures)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return stored
+        with self._transaction():
+            return self._insert(session_id, self._next_position(session_id), item_id or new_id("item"),
+                                message, status, figures)
 
     def _next_position(self, session_id: str) -> int:
         (position,) = self._db.execute(
@@ -210,44 +208,96 @@ class SessionStore:
     def write_reply(self, session_id: str, item_id: str, content: str, status: str,
                     figures: dict | None = None) -> None:
         """Create or bring up to date a streaming reply's row (voice.reply_row), in one transaction."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                found = self._db.execute("SELECT 1 FROM messages WHERE session_id = ? AND item_id = ?",
-                                         (session_id, item_id)).fetchone()
-                if found:
-                    self._db.execute(
-                        "UPDATE messages SET content = ?, status = ?, figures = COALESCE(?, figures) "
-                        "WHERE session_id = ? AND item_id = ?",
-                        (content, status, json.dumps(figures) if figures is not None else None, session_id, item_id))
-                else:
-                    self._insert(session_id, self._next_position(session_id), item_id,
-                                 {"role": "assistant", "content": content}, status, figures)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._transaction():
+            found = self._db.execute("SELECT 1 FROM messages WHERE session_id = ? AND item_id = ?",
+                                     (session_id, item_id)).fetchone()
+            if found:
+                self._db.execute(
+                    "UPDATE messages SET content = ?, status = ?, figures = COALESCE(?, figures) "
+                    "WHERE session_id = ? AND item_id = ?",
+                    (content, status, json.dumps(figures) if figures is not None else None, session_id, item_id))
+            else:
+                self._insert(session_id, self._next_position(session_id), item_id,
+                             {"role": "assistant", "content": content}, status, figures)
 
     def insert_before(self, session_id: str, item_id: str, messages: list[dict]) -> list[StoredMessage]:
         """Store `messages` just ahead of the message `item_id` (at the end if it is not stored)."""
+        with self._transaction():
+            row = self._db.execute("SELECT position FROM messages WHERE session_id = ? AND item_id = ?",
+                                   (session_id, item_id)).fetchone()
+            at = row["position"] if row else self._next_position(session_id)
+            self._shift(session_id, at, len(messages))
+            return [self._insert(session_id, at + n, new_id("item"), m, "complete", None)
+                    for n, m in enumerate(messages)]
+
+    def add_item(self, session_id: str, message: dict, item_id: str | None = None,
+                 after: str | None = None) -> tuple[StoredMessage, str | None]:
+        """A client's item: under its own id if it gave one (a taken id is an `ItemConflict`), at the
+        end, first (`after="root"`) or after the item `after`. Returns it and the id of the item
+        before it. An item placed inside the conversation resets the fit state, whose indices moved."""
+        with self._transaction():
+            if item_id and self._db.execute("SELECT 1 FROM messages WHERE session_id = ? AND item_id = ?",
+                                            (session_id, item_id)).fetchone():
+                raise ItemConflict(f"an item with id {item_id} already exists in this session")
+            end = self._next_position(session_id)
+            if after is None:
+                at = end
+            elif after == "root":
+                at = 0
+            else:
+                row = self._db.execute("SELECT position FROM messages WHERE session_id = ? AND item_id = ? "
+                                       "AND status != 'deleted'", (session_id, after)).fetchone()
+                if row is None:
+                    raise ItemConflict(f"previous_item_id {after} is not an item of this session")
+                at = row["position"] + 1
+            if at < end:
+                self._shift(session_id, at, 1)
+                self._reset_fit(session_id)
+            stored = self._insert(session_id, at, item_id or new_id("item"), message, "complete", None)
+            before = self._db.execute("SELECT item_id FROM messages WHERE session_id = ? AND position < ? AND "
+                                      "status != 'deleted' ORDER BY position DESC LIMIT 1", (session_id, at)).fetchone()
+            return stored, before["item_id"] if before else None
+
+    def delete_item(self, session_id: str, item_id: str) -> list[str]:
+        """Take an item out of the conversation (a tool call takes its outputs with it); the rows stay,
+        marked `deleted`, so an export still shows them. Returns the ids deleted; none if not found."""
+        with self._transaction():
+            row = self._db.execute("SELECT * FROM messages WHERE session_id = ? AND item_id = ? AND "
+                                   "status != 'deleted'", (session_id, item_id)).fetchone()
+            if row is None:
+                return []
+            ids = [item_id]
+            for call in json.loads(row["tool_calls"] or "[]"):
+                ids += [r["item_id"] for r in self._db.execute(
+                    "SELECT item_id FROM messages WHERE session_id = ? AND tool_call_id = ? AND status != 'deleted'",
+                    (session_id, call.get("id"))).fetchall()]
+            self._db.executemany("UPDATE messages SET status = 'deleted' WHERE session_id = ? AND item_id = ?",
+                                 [(session_id, i) for i in ids])
+            self._reset_fit(session_id)
+            return ids
+
+    def _shift(self, session_id: str, at: int, count: int) -> None:
+        # Two steps, so no moved row ever collides with another's (session, position) key.
+        self._db.execute("UPDATE messages SET position = -position - 1 WHERE session_id = ? AND position >= ?",
+                         (session_id, at))
+        self._db.execute("UPDATE messages SET position = -position - 1 + ? WHERE session_id = ? AND position < 0",
+                         (count, session_id))
+
+    def _reset_fit(self, session_id: str) -> None:
+        """The conversation changed in the middle: removals and summaries by index no longer apply."""
+        self._db.execute("UPDATE sessions SET removed = '[]' WHERE id = ?", (session_id,))
+        self._db.execute("DELETE FROM summaries WHERE session_id = ?", (session_id,))
+
+    @contextmanager
+    def _transaction(self):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute("SELECT position FROM messages WHERE session_id = ? AND item_id = ?",
-                                       (session_id, item_id)).fetchone()
-                at = row["position"] if row else self._next_position(session_id)
-                # Two steps, so no moved row ever collides with another's (session, position) key.
-                self._db.execute("UPDATE messages SET position = -position - 1 WHERE session_id = ? AND position >= ?",
-                                 (session_id, at))
-                self._db.execute("UPDATE messages SET position = -position - 1 + ? WHERE session_id = ? AND position < 0",
-                                 (len(messages), session_id))
-                stored = [self._insert(session_id, at + n, new_id("item"), m, "complete", None)
-                          for n, m in enumerate(messages)]
+                yield
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return stored
 
     def update(self, session_id: str, item_id: str, content: str, status: str, figures: dict | None = None) -> None:
         """Change a stored message's text and status (a reply cut short), and its figures if given."""
@@ -258,12 +308,15 @@ class SessionStore:
             self._write("UPDATE messages SET content = ?, status = ?, figures = ? WHERE session_id = ? AND item_id = ?",
                         (content, status, json.dumps(figures), session_id, item_id))
 
-    def messages(self, session_id: str) -> list[StoredMessage]:
-        rows = self._read("SELECT * FROM messages WHERE session_id = ? ORDER BY position", (session_id,))
+    def messages(self, session_id: str, deleted: bool = False) -> list[StoredMessage]:
+        """The session's messages in order; `deleted=True` includes those taken out of it."""
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND (? OR status != 'deleted') ORDER BY position",
+                          (session_id, deleted))
         return [_stored(row) for row in rows]
 
     def message(self, session_id: str, item_id: str) -> StoredMessage | None:
-        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND item_id = ?", (session_id, item_id))
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND item_id = ? AND status != 'deleted'",
+                          (session_id, item_id))
         return _stored(rows[0]) if rows else None
 
     def transcript(self, session_id: str) -> list[dict]:

@@ -27,7 +27,7 @@ from models.llm import LanguageModel, ReplyStream
 from models.remote_llm import RemoteLanguageModel
 from models.tool_calls import CallScanner
 from voice.reply_row import ReplyRow
-from voice.research import DESCRIBED, SEARCH_TOOL, TOOL_INSTRUCTIONS, Research
+from voice.research import DESCRIBED, SEARCH_TOOL, Research, tool_instructions
 from voice.store import SessionStore, StoredMessage, new_id
 
 SUMMARY_WORDS = 120
@@ -85,10 +85,14 @@ class NothingToAnswer(ValueError):
 
 @dataclass
 class TurnEvent:
-    kind: str  # "research": messages were stored; "delta": reply text; "done": the reply is stored
+    """"research": messages were stored; "delta": reply text; "calls": the reply called the client's
+    functions (stored, the turn ends and the client answers them); "done": the reply is stored."""
+
+    kind: str
     text: str = ""
     stored: list[StoredMessage] = field(default_factory=list)
     figures: dict = field(default_factory=dict)
+    calls: list[dict] = field(default_factory=list)
 
 
 def _ms(seconds: float) -> int:
@@ -155,9 +159,14 @@ class TurnEngine:
 
     # A turn ----------------------------------------------------------------------------------
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
-                      max_tokens: int | None = None, item_id: str | None = None,
-                      row: ReplyRow | None = None) -> AsyncIterator[TurnEvent]:
-        """Answer the session's last question, yielding research, text deltas and finally `done`.
+                      max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
+                      tools: list[dict] | None = None, tool_choice: str | dict | None = None,
+                      ) -> AsyncIterator[TurnEvent]:
+        """Answer the session's last question (or the client's function results), yielding research,
+        text deltas, the client's function calls and finally `done`.
+
+        `tools` are the client's functions (OpenAI chat tool specs), offered beside `search` under
+        `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}).
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
@@ -166,9 +175,10 @@ class TurnEngine:
         """
         started = time.perf_counter()
         transcript = await asyncio.to_thread(self.store.transcript, session_id)
-        if transcript[-1]["role"] != "user":
-            raise NothingToAnswer("there is no new user message to respond to")
-        question = transcript[-1].get("content") or ""
+        if transcript[-1]["role"] not in ("user", "tool"):
+            raise NothingToAnswer("there is no new user message or function output to respond to")
+        # Research looks up a new question; function results are already the evidence.
+        question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
         queue_s = await self._acquire()
         figures: dict = {"queue_ms": _ms(queue_s)}
         delivered: list[str] = []
@@ -178,12 +188,19 @@ class TurnEngine:
         stored_reply = None
         try:
             research_started = time.perf_counter()
-            exchange = await asyncio.to_thread(self.research.for_question, question)
+            exchange = await asyncio.to_thread(self.research.for_question, question) if question else []
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
-            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row):
+            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
+                                              tools or [], tool_choice):
+                if event.kind == "calls":
+                    message = {"role": "assistant", "content": None, "tool_calls": event.calls}
+                    event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
+                    figures["tool_calls"] = len(event.calls)
+                    yield event
+                    continue
                 if event.kind == "delta":
                     if not delivered:
                         figures["ttft_ms"] = _ms(time.perf_counter() - started)
@@ -195,7 +212,7 @@ class TurnEngine:
             interrupted = cancel.is_set() or figures.get("finish_reason") == "cancelled"
             figures["total_ms"] = _ms(time.perf_counter() - started)
             figures["status"] = "interrupted" if interrupted else "complete"
-            if own_row:
+            if own_row and (delivered or not figures.get("tool_calls")):  # a reply that only calls stores no text
                 stored_reply = await row.finish("".join(delivered), figures["status"], figures)
         except BaseException:
             if own_row and stored_reply is None and delivered:  # failed or stopped from outside: keep what was sent
@@ -209,30 +226,39 @@ class TurnEngine:
         if figures.get("dropped"):
             self._in_background(self._summarize(session_id, fits[-1].history_end))
 
-    async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
-                        fits: list[FitResult], row: ReplyRow) -> AsyncIterator[TurnEvent]:
-        """Fit and stream; under the `model` policy a reply that is a tool call runs it, then answers."""
+    async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
+                        row: ReplyRow, tools: list[dict], tool_choice) -> AsyncIterator[TurnEvent]:
+        """Fit and stream. Under the `model` policy a reply that calls `search` runs it, then answers;
+        a reply that calls one of the client's `tools` ends the turn with those calls."""
         unused = ""
+        client = [] if tool_choice == "none" else [
+            t for t in tools if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice.get("name")]
+        client_names = {t["function"]["name"] for t in client}
         for attempt in range(2):
-            ask_model = self.research.policy == "model" and attempt == 0
+            search = self.research.policy == "model"
+            ask_model = search and attempt == 0
+            offered = ([SEARCH_TOOL] if search else []) + client
             # The same declaration on both attempts keeps the prompt's prefix: native `tools` for
             # templates that know them, instructions in the system prompt for the others (measured on
             # Qwen2.5-Coder-1.5B: adding them beside the native declaration made it invent tools).
-            with_tools = self.research.policy == "model"
-            tools = [SEARCH_TOOL] if with_tools and self.llm.knows_tools else None
+            native = offered if offered and self.llm.knows_tools else None
+            described = "" if native or not offered else tool_instructions(search, client)
             fit_started = time.perf_counter()
-            result = await asyncio.to_thread(self._fit, session_id, instructions, with_tools and not tools, tools)
+            result = await asyncio.to_thread(self._fit, session_id, instructions, described, native)
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
             fits.append(result)
-            # After the results, the reply may not open with a call: small models repeat theirs.
+            # After the results, the reply may not open with a call: small models repeat theirs. A
+            # client's `required` or named tool_choice makes the first attempt open with one.
             # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
+            must_call = attempt == 0 and bool(client) and tool_choice not in (None, "auto", "none")
             reply = await asyncio.to_thread(
-                self.llm.stream, result.messages, max_tokens or self.reply_tokens, self.temperature, tools,
-                open_with_call=attempt == 0, not_like=unused)
-            # With the tool offered, anything that may begin a call is held back rather than spoken;
-            # on the second attempt a call is not run again, only kept out of the reply.
-            scanner = CallScanner(["search"], DESCRIBED if ask_model else None) if with_tools else None
+                self.llm.stream, result.messages, max_tokens or self.reply_tokens, self.temperature, native,
+                open_with_call=attempt == 0, not_like=unused, must_call=must_call)
+            # With tools offered, anything that may begin a call is held back rather than spoken;
+            # on the second attempt a search is not run again, only kept out of the reply.
+            names = [t["function"]["name"] for t in offered]
+            scanner = CallScanner(names, DESCRIBED if ask_model else None) if offered else None
             async for piece in self._stream(reply):
                 if cancel.is_set():
                     reply.cancel()
@@ -245,6 +271,11 @@ class TurnEngine:
             if scanner is None or cancel.is_set():
                 return
             parsed = scanner.finish()
+            if calls := [c for c in parsed.calls if c["function"]["name"] in client_names]:
+                if parsed.text:
+                    yield TurnEvent("delta", text=parsed.text)
+                yield TurnEvent("calls", calls=calls)  # the client runs them and asks again
+                return
             calls = parsed.calls + parsed.unknown if ask_model else []
             if not calls:
                 if parsed.text:
@@ -260,13 +291,13 @@ class TurnEngine:
             else:  # the same prompt again: the answer may not open the way this reply did
                 unused = scanner.released + scanner.held
 
-    def _fit(self, session_id: str, instructions: str | None, with_tools: bool, tools: list[dict] | None) -> FitResult:
+    def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None) -> FitResult:
         tools_tokens = self.llm.tools_tokens(tools)
         transcript = self.store.transcript(session_id)
         if instructions is not None:
             transcript[0] = {"role": "system", "content": instructions}
-        if with_tools:
-            transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{TOOL_INSTRUCTIONS}"}
+        if described:
+            transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{described}"}
         removed, summary = self.store.fit_state(session_id)
         result = fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
                      low_water=self.low_water - tools_tokens)

@@ -1,0 +1,73 @@
+"""Client events parsed with the `openai` package's own Realtime models.
+
+`parse(raw)` turns one websocket message into the typed event its `type` names
+(`SessionUpdateEvent`, `ConversationItemCreateEvent`, ...), or raises `BadEvent` whose message,
+`code` and `param` (the field path, such as `session.audio.output.speed`) go back to the client
+in an `error` event with the client's `event_id`. Nothing a client sends gets past here untyped.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import pydantic
+from openai.types.realtime import realtime_client_event
+
+_UNION = typing.get_args(typing.get_args(realtime_client_event.RealtimeClientEvent)[0])
+EVENT_TYPES: dict[str, type[pydantic.BaseModel]] = {
+    typing.get_args(model.model_fields["type"].annotation)[0]: model for model in _UNION
+}
+
+
+class BadEvent(ValueError):
+    """A client event that cannot be served; the message goes back in an `error` event."""
+
+    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None,
+                 event_id: str | None = None):
+        super().__init__(message)
+        self.code, self.param, self.event_id = code, param, event_id
+
+
+def parse(raw: str | bytes) -> pydantic.BaseModel:
+    if isinstance(raw, bytes):
+        raise BadEvent("binary frames are not supported: send JSON text events", "invalid_json")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise BadEvent(f"the event is not valid JSON: {error}", "invalid_json") from None
+    if not isinstance(data, dict):
+        raise BadEvent("an event must be a JSON object", "invalid_event")
+    event_id = data.get("event_id") if isinstance(data.get("event_id"), str) else None
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise BadEvent("the event has no 'type'", "missing_field", "type", event_id)
+    model = EVENT_TYPES.get(kind)
+    if model is None:
+        raise BadEvent(f"unknown or unsupported event type '{kind}'"[:200], "unknown_event", "type", event_id)
+    if kind == "session.update" and isinstance(data.get("session"), dict) and "type" not in data["session"]:
+        # Beta-era clients leave out the session's type; a websocket session is a realtime one.
+        data = {**data, "session": {"type": "realtime", **data["session"]}}
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as error:
+        param, message, missing = _explain(error)
+        raise BadEvent(f"{kind}: {param}: {message}", "missing_field" if missing else "invalid_value", param,
+                       event_id) from None
+    except (ValueError, TypeError, RecursionError) as error:  # pathological input pydantic could not even read
+        raise BadEvent(f"{kind}: the event cannot be read: {error}"[:300], "invalid_event", None, event_id) from None
+
+
+def _explain(error: pydantic.ValidationError) -> tuple[str, str, bool]:
+    """The most specific problem (in a union, the member that got furthest into the value): its
+    field path, what is wrong, and whether the field is missing."""
+    problems = error.errors(include_url=False, include_input=False)
+    best = max(problems, key=lambda p: len(p["loc"]))
+    path = [str(part) for part in best["loc"] if not _is_model_name(part)]
+    return ".".join(path) or "event", best["msg"], best["type"] == "missing"
+
+
+def _is_model_name(part: object) -> bool:
+    # Union members appear in a location by class name ("RealtimeSessionCreateRequest") or by a
+    # tagged-union tag with brackets; neither is a field the client wrote.
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part)
