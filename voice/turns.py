@@ -252,9 +252,12 @@ class TurnEngine:
             # client's `required` or named tool_choice makes the first attempt open with one.
             # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
             must_call = attempt == 0 and bool(client) and tool_choice not in (None, "auto", "none")
+            # Right after function results the reply answers from them: the 1.5B otherwise often
+            # called the same function again.
+            after_results = result.messages[-1]["role"] == "tool"
             reply = await asyncio.to_thread(
                 self.llm.stream, result.messages, max_tokens or self.reply_tokens, self.temperature, native,
-                open_with_call=attempt == 0, not_like=unused, must_call=must_call)
+                open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
             # With tools offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a search is not run again, only kept out of the reply.
             names = [t["function"]["name"] for t in offered]

@@ -1,0 +1,230 @@
+"""The Realtime protocol as real clients use it: items under the client's ids, function tools, every
+response ending in response.done, the Agents SDK, and a fuzz of malformed events."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+
+from tests.realtime import ANSWERED, Client, done, reply_text
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def user_item(text: str, item_id: str | None = None) -> dict:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return {**item, "id": item_id} if item_id else item
+
+
+def test_items_keep_the_clients_ids_and_places_and_can_be_retrieved_and_deleted(server):
+    client = Client(server.url())
+    client.send({"type": "conversation.item.create", "item": user_item("My cat is called Tom.", "msg_second")})
+    added = client.until("conversation.item.done")[0]
+    assert added["type"] == "conversation.item.added" and added["item"]["id"] == "msg_second"
+    client.send({"type": "conversation.item.create", "previous_item_id": "root",
+                 "item": {"type": "message", "role": "system",
+                          "content": [{"type": "input_text", "text": "The user likes short answers."}],
+                          "id": "msg_first"}})
+    first = client.until("conversation.item.done")[-1]
+    assert first["item"]["id"] == "msg_first" and first["previous_item_id"] is None
+    store = server.service.store
+    assert [m.item_id for m in store.messages(client.session_id)] == ["msg_first", "msg_second"]
+
+    client.send({"type": "conversation.item.create", "event_id": "evt_dup", "item": user_item("Again.", "msg_second")})
+    duplicate = client.until("error")[-1]["error"]
+    assert duplicate["param"] == "item.id" and duplicate["event_id"] == "evt_dup"
+    client.send({"type": "conversation.item.create", "previous_item_id": "msg_nowhere", "item": user_item("Lost.")})
+    assert client.until("error")[-1]["error"]["param"] == "previous_item_id"
+
+    client.send({"type": "conversation.item.retrieve", "item_id": "msg_second"})
+    retrieved = client.until("conversation.item.retrieved")[-1]["item"]
+    assert retrieved["content"][0]["text"] == "My cat is called Tom."
+
+    events = client.ask("What is my cat called?", max_tokens=12,
+                        metadata={"client_event_id": "evt_ask"})
+    created = next(e for e in events if e["type"] == "response.created")
+    assert created["response"]["metadata"] == {"client_event_id": "evt_ask"}  # echoed, as LiveKit waits for
+    assert "Tom" in reply_text(events)
+
+    client.send({"type": "conversation.item.delete", "item_id": "msg_first"})
+    assert client.until("conversation.item.deleted")[-1]["item_id"] == "msg_first"
+    client.send({"type": "conversation.item.retrieve", "item_id": "msg_first"})
+    assert client.until("error")[-1]["error"]["code"] == "item_not_found"
+    assert "msg_first" not in [m.item_id for m in store.messages(client.session_id)]
+    assert [m.status for m in store.messages(client.session_id, deleted=True)][0] == "deleted"
+    assert all("short answers" not in (m["content"] or "") for m in store.transcript(client.session_id)[1:])
+    client.close()
+
+
+def test_a_function_call_round_trip_and_deleting_the_call_takes_its_output(server):
+    client = Client(server.url())
+    client.send({"type": "session.update", "session": {"type": "realtime", "tools": [WEATHER_TOOL]}})
+    assert client.until("session.updated")[-1]["session"]["tools"][0]["name"] == "get_weather"
+    events = client.ask("What is the weather in Paris right now?", max_tokens=60)
+    kinds = [e["type"] for e in events]
+    assert "response.output_text.delta" not in kinds  # the call is not spoken or shown as text
+    assert kinds.index("response.function_call_arguments.delta") < kinds.index(
+        "response.function_call_arguments.done") < kinds.index("response.output_item.done")
+    response = done(events)
+    assert response["status"] == "completed" and [o["type"] for o in response["output"]] == ["function_call"]
+    call = response["output"][0]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+
+    client.send({"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature": "21 C", "sky": "sunny"}'}})
+    client.until("conversation.item.done")
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 40}})
+    answer = client.until("response.done")
+    assert "21" in reply_text(answer) and done(answer)["status"] in ANSWERED
+    stored = [m.message for m in server.service.store.messages(client.session_id)]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[1]["tool_calls"][0]["id"] == call["call_id"] == stored[2]["tool_call_id"]
+
+    client.send({"type": "conversation.item.delete", "item_id": call["id"]})
+    deleted = [e["item_id"] for e in client.until("conversation.item.deleted", "error")]
+    output_id = server.service.store.messages(client.session_id, deleted=True)[2].item_id
+    client.send({"type": "input_audio_buffer.clear"})
+    deleted += [e["item_id"] for e in client.until("input_audio_buffer.cleared") if e["type"] == "conversation.item.deleted"]
+    assert deleted == [call["id"], output_id]
+    assert [m["role"] for m in server.service.store.transcript(client.session_id)] == ["system", "user", "assistant"]
+
+    # tool_choice "none" keeps the tools out of the prompt: an answer in words.
+    words = done(client.ask("What is the weather in Rome?", max_tokens=24, tool_choice="none"))
+    assert [o["type"] for o in words["output"]] == ["message"]
+    client.close()
+
+
+def test_an_item_created_while_a_response_streams_follows_its_reply(server):
+    client = Client(server.url())
+    client.say("Tell me a long story about a lighthouse.")
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 60}})
+    client.until("response.output_text.delta")
+    client.send({"type": "conversation.item.create", "item": user_item("And then?", "msg_later")})
+    events = client.until("conversation.item.done")
+    assert any(e["type"] == "response.done" for e in events)  # acknowledged after the reply ended
+    roles = [(m.item_id, m.message["role"]) for m in server.service.store.messages(client.session_id)]
+    assert [r for _, r in roles] == ["user", "assistant", "user"] and roles[-1][0] == "msg_later"
+    client.close()
+
+
+def test_the_agents_sdk_calls_a_function_tool_and_answers_from_its_result(server):
+    from agents import function_tool
+    from agents.realtime import RealtimeAgent, RealtimeRunner
+
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        cities.append(city)
+        return "21 degrees and sunny"
+
+    async def converse() -> list[str]:
+        agent = RealtimeAgent(name="Assistant", instructions="Answer in one short sentence.", tools=[get_weather])
+        runner = RealtimeRunner(agent, config={"model_settings": {"output_modalities": ["text"]}})
+        session = await runner.run(model_config={"url": f"ws://127.0.0.1:{server.port}/v1/realtime",
+                                                 "api_key": "unused"})
+        seen = []
+        async with session:
+            await session.send_message("What is the weather in Paris right now?")
+            ends = 0
+            async for event in session:
+                seen.append(event.type)
+                if event.type == "error":
+                    raise AssertionError(event)
+                if event.type == "agent_end":
+                    ends += 1
+                    if ends == 2:  # the call's response, then the answer's
+                        break
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(converse(), 240))
+    assert "tool_start" in seen and "tool_end" in seen
+    assert [c.lower() for c in cities] == ["paris"]
+    sessions = server.service.store.list()
+    stored = [m.message for m in server.service.store.messages(sessions[0].id)]
+    assert [m["role"] for m in stored][-3:] == ["assistant", "tool", "assistant"]
+    assert stored[-2]["content"] == "21 degrees and sunny"
+    assert "21" in stored[-1]["content"] or "sunny" in stored[-1]["content"].lower()
+
+
+VALID_EVENTS = [
+    {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
+                                           "output_modalities": ["text"], "audio": {"output": {"speed": 1.0}},
+                                           "tools": [WEATHER_TOOL], "tool_choice": "auto"}},
+    {"type": "conversation.item.create", "previous_item_id": "root", "item": user_item("Hello.", "msg_x")},
+    {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "c1", "output": "x"}},
+    {"type": "conversation.item.retrieve", "item_id": "msg_x"},
+    {"type": "conversation.item.delete", "item_id": "msg_y"},
+    {"type": "conversation.item.truncate", "item_id": "msg_x", "content_index": 0, "audio_end_ms": 10},
+    {"type": "input_audio_buffer.append", "audio": "AAAA"},
+    {"type": "input_audio_buffer.commit"},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "response.cancel"},
+    {"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 1,
+                                             "instructions": "x", "metadata": {"k": "v"}, "tool_choice": "none"}},
+]
+JUNK = [None, True, -1, 0, 10**30, 1e308, "", "x" * 5_000, "\u0000\ud7ff", [], {}, [[[[[]]]]], {"a": {"b": {"c": []}}},
+        [None, 1, "two"], {"type": "nonsense"}, -10**30, 3.5, "[]", "ünïcødé ✓", [{"type": "input_text"}],
+        {"type": "function", "name": 5}, "inf", "root"]
+
+
+def mutations(event: dict):
+    """Every field of `event`, at every depth, removed or replaced by each kind of junk."""
+    def paths(value, prefix=()):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                yield prefix + (key,)
+                yield from paths(inner, prefix + (key,))
+        elif isinstance(value, list):
+            for n, inner in enumerate(value):
+                yield prefix + (n,)
+                yield from paths(inner, prefix + (n,))
+
+    for path in paths(event):
+        if path == ("type",):
+            continue
+        for junk in [...] + JUNK:
+            mutated = copy.deepcopy(event)
+            parent = mutated
+            for step in path[:-1]:
+                parent = parent[step]
+            if junk is ...:
+                parent.pop(path[-1]) if isinstance(parent, dict) else parent.pop(path[-1])
+            else:
+                parent[path[-1]] = junk
+            yield mutated
+
+
+def test_a_fuzz_of_malformed_events_never_drops_the_connection(make_server):
+    server = make_server(research="off", reply_tokens=2)
+    client = Client(server.url())
+    sent = 0
+    for event in itertools.chain.from_iterable(mutations(e) for e in VALID_EVENTS):
+        client.send(event)
+        sent += 1
+        if sent % 200 == 0:  # a barrier: everything before it has been read and answered
+            client.send({"type": "response.cancel"})
+            client.until("error")
+    client.send({"type": "response.cancel"})
+    client.send({"type": "input_audio_buffer.clear"})
+    client.until("input_audio_buffer.cleared", timeout=300)
+    ended = lambda: sum(e["type"] == "response.done" for e in client.events)  # noqa: E731
+    while ended() < sum(e["type"] == "response.created" for e in client.events):
+        client.recv()
+    errors = [e["error"] for e in client.events if e["type"] == "error"]
+    assert sent > 1_000 and len(errors) > sent // 2
+    assert not [e for e in errors if e["code"] == "internal_error"], [e for e in errors if e["code"] == "internal_error"][:3]
+    assert all(e["message"] for e in errors)
+    # Every response that began has ended.
+    created = [e["response"]["id"] for e in client.events if e["type"] == "response.created"]
+    ended = [e["response"]["id"] for e in client.events if e["type"] == "response.done"]
+    assert created == ended
+    # And the connection still serves a turn.
+    client.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": "none"}})
+    client.until("session.updated")
+    assert done(client.ask("Say hello.", max_tokens=2))["status"] in ANSWERED
+    client.close()
