@@ -22,13 +22,13 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-async def transcribe_commit(conn, audio: bytes) -> None:
+async def transcribe_commit(conn, audio: bytes, item_id: str | None = None) -> None:
     """Transcribe committed audio, store the question, and announce it (commit, item, transcript)."""
     committed_at = time.perf_counter()
     transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
     if not transcript.text:
         raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
-    item_id = new_id("item")
+    item_id = item_id or new_id("item")
     previous = await asyncio.to_thread(conn.service.store.messages, conn.session_id)
     previous_id = previous[-1].item_id if previous else None
     await conn.send(events.event("input_audio_buffer.committed", previous_item_id=previous_id, item_id=item_id))

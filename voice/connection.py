@@ -29,6 +29,7 @@ from voice.audio_turn import speak_reply, transcribe_commit
 from voice.client_events import BadEvent, parse
 from voice.speech import AudioBuffer
 from voice.store import new_id
+from voice.turn_detection import SpeechDetector, VadSettings
 from voice.turns import NothingToAnswer, ServerBusy
 
 log = logging.getLogger("parlour")
@@ -64,6 +65,8 @@ class Connection:
         self.tools: list[dict] = []  # the client's functions, as OpenAI chat tool specs
         self.tool_choice: str | dict = "auto"
         self.audio = AudioBuffer(service.config.max_audio_seconds)
+        self.detector: SpeechDetector | None = None  # hands-free (server_vad); None: push-to-talk
+        self.speech_item: str | None = None  # the item the speech being heard will become
         self.spoken: dict = {}  # the last commit's timing, for the spoken reply that follows it
         self.response: asyncio.Task | None = None
         self.response_item: str | None = None
@@ -85,7 +88,8 @@ class Connection:
 
     async def session_object(self) -> dict:
         instructions = await asyncio.to_thread(self.service.store.instructions, self.session_id)
-        session = events.session(self.session_id, instructions, self.modalities, self.speed, self.service.voice_name)
+        session = events.session(self.session_id, instructions, self.modalities, self.speed, self.service.voice_name,
+                                 self.detector.settings.as_event() if self.detector else None)
         session["tools"] = [{"type": "function", **tool["function"]} for tool in self.tools]
         session["tool_choice"] = self.tool_choice
         return session
@@ -151,11 +155,15 @@ class Connection:
                 raise BadEvent("session.audio.output.speed must be a number from 0.25 to 4", "invalid_value",
                                "session.audio.output.speed")
             self.speed = float(speed)
+        audio_input = update.audio.input if update.audio else None
+        if audio_input is not None and "turn_detection" in audio_input.model_fields_set:
+            self.detector = speech_detector(audio_input.turn_detection)
+            self.audio.clear()
         if update.tools is not None:
             self.tools = function_tools(update.tools, "session.tools")
         if update.tool_choice is not None:
             self.tool_choice = checked_choice(update.tool_choice, "session.tool_choice")
-        # Voice names, turn detection, transcription options... are not settable: one voice, push-to-talk.
+        # Voice names and transcription options are not settable: one voice, one whisper model.
         await self.send(events.event("session.updated", session=await self.session_object()))
 
     async def on_response_create(self, event) -> None:
@@ -185,13 +193,15 @@ class Connection:
         messages = await asyncio.to_thread(self.service.store.messages, self.session_id)
         if not messages or messages[-1].message["role"] not in ("user", "tool"):
             raise BadEvent("there is no new user message or function output to respond to", "no_user_message")
-        response = Response(new_id("resp"), new_id("item"), modalities, instructions, max_tokens, tools, choice,
-                            metadata)
+        await self.start_response(Response(new_id("resp"), new_id("item"), modalities, instructions, max_tokens,
+                                           tools, choice, metadata))
+
+    async def start_response(self, response: Response) -> None:
         self.cancel = threading.Event()
         self.response_item = response.item_id
         # Created at once, before research or a wait for the model: clients time out waiting for it.
         await self.send(events.event("response.created", response=events.response(
-            response.id, self.session_id, "in_progress", modalities, [], metadata=metadata)))
+            response.id, self.session_id, "in_progress", response.modalities, [], metadata=response.metadata)))
         self.response = asyncio.get_running_loop().create_task(self.respond(response))
 
     async def on_response_cancel(self, event) -> None:
@@ -201,9 +211,37 @@ class Connection:
 
     async def on_audio_append(self, event) -> None:
         try:
-            self.audio.append(event.audio)
+            chunk = self.audio.append(event.audio)
         except AudioError as error:
             raise BadEvent(str(error), "invalid_audio", "audio") from None
+        if self.detector is not None:
+            await self.detect_turns(chunk)
+
+    async def detect_turns(self, chunk: bytes) -> None:
+        """Hands-free: speech starting may interrupt the reply; speech ending commits and answers it."""
+        detector = self.detector
+        for change, at_ms in await asyncio.to_thread(detector.feed, chunk):
+            if change == "started":
+                self.speech_item = new_id("item")
+                await self.send(events.event("input_audio_buffer.speech_started", audio_start_ms=at_ms,
+                                             item_id=self.speech_item))
+                if self.responding() and detector.settings.interrupt_response:
+                    self.cancel.set()  # the listener talks over the reply: it stops, stored as sent
+            else:
+                await self.send(events.event("input_audio_buffer.speech_stopped", audio_end_ms=at_ms,
+                                             item_id=self.speech_item))
+                if self.responding():
+                    await asyncio.shield(self.response)  # the interrupted reply is stored before the question
+                try:
+                    await transcribe_commit(self, self.audio.take(), self.speech_item)
+                except BadEvent as bad:  # a noise taken for speech: said, and listening goes on
+                    await self.send(events.error(str(bad), bad.code))
+                    continue
+                if detector.settings.create_response:
+                    await self.start_response(Response(new_id("resp"), new_id("item"), self.modalities, None, None,
+                                                       self.tools, self.tool_choice, None))
+        if not detector.speaking:  # keep only the padding that goes before speech
+            self.audio.keep_last(detector.settings.prefix_padding_ms)
 
     async def on_audio_commit(self, event) -> None:
         if self.responding():
@@ -352,6 +390,23 @@ class Connection:
         await self.send(events.event("response.done", response=events.response(
             response.id, self.session_id, status, response.modalities, response.output, figures, reason=reason,
             metadata=response.metadata)))
+
+
+def speech_detector(turn_detection) -> SpeechDetector | None:
+    if turn_detection is None:
+        return None
+    if turn_detection.type != "server_vad":
+        raise BadEvent("only server_vad turn detection is supported (or null for push-to-talk)", "invalid_value",
+                       "session.audio.input.turn_detection.type")
+    defaults = VadSettings()
+    settings = VadSettings(*(getattr(turn_detection, name) if getattr(turn_detection, name) is not None
+                             else getattr(defaults, name)
+                             for name in ("threshold", "prefix_padding_ms", "silence_duration_ms", "create_response",
+                                          "interrupt_response")))
+    if not 0 < settings.threshold < 1 or settings.prefix_padding_ms < 0 or settings.silence_duration_ms < 32:
+        raise BadEvent("turn_detection: threshold must be between 0 and 1, prefix_padding_ms at least 0 and "
+                       "silence_duration_ms at least 32", "invalid_value", "session.audio.input.turn_detection")
+    return SpeechDetector(settings)
 
 
 def checked_modalities(value: list[str], param: str) -> list[str]:

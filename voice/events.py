@@ -27,7 +27,8 @@ def error(message: str, code: str = "invalid_request", kind: str = "invalid_requ
     return event("error", error=body)
 
 
-def session(session_id: str, instructions: str, modalities: list[str], speed: float, voice: str) -> dict:
+def session(session_id: str, instructions: str, modalities: list[str], speed: float, voice: str,
+            turn_detection: dict | None = None) -> dict:
     """The session object of session.created and session.updated; `id` is the stored session's id."""
     return {
         "type": "realtime",
@@ -37,7 +38,7 @@ def session(session_id: str, instructions: str, modalities: list[str], speed: fl
         "instructions": instructions,
         "output_modalities": modalities,
         "audio": {
-            "input": {"format": PCM, "turn_detection": None, "transcription": {"model": "whisper-1"}},
+            "input": {"format": PCM, "turn_detection": turn_detection, "transcription": {"model": "whisper-1"}},
             "output": {"format": PCM, "voice": voice, "speed": speed},
         },
     }

@@ -28,7 +28,8 @@ class AudioBuffer:
         self.max_seconds = max_seconds
         self.data = bytearray()
 
-    def append(self, encoded: object) -> None:
+    def append(self, encoded: object) -> bytes:
+        """Add base64 PCM16 audio; returns the decoded bytes."""
         if not isinstance(encoded, str):
             raise AudioError("'audio' must be a base64 string of PCM16 mono 24 kHz audio")
         try:
@@ -40,6 +41,13 @@ class AudioBuffer:
         if len(self.data) + len(chunk) > self.limit:
             raise AudioError(f"the input audio would pass the limit of {self.max_seconds} seconds; commit or clear it")
         self.data += chunk
+        return chunk
+
+    def keep_last(self, milliseconds: int) -> int:
+        """Drop all but the last `milliseconds` of audio (silence before speech); returns the ms dropped."""
+        drop = max(0, len(self.data) - milliseconds * BYTES_PER_MS)
+        del self.data[:drop]
+        return drop // BYTES_PER_MS
 
     def take(self) -> bytes:
         data, self.data = bytes(self.data), bytearray()
