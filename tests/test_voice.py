@@ -11,7 +11,6 @@ import threading
 
 import jiwer
 import numpy as np
-import pytest
 from openai import AsyncOpenAI
 
 from voice.speech import Sentences

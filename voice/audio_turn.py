@@ -14,6 +14,7 @@ import time
 from voice import events
 from voice.client_events import BadEvent
 from voice.reply_row import ReplyRow
+from voice.responses import delta_ids, finish, stream_turn
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 from voice.store import new_id
 
@@ -62,7 +63,7 @@ async def speak_reply(conn, response) -> None:
                 if cancel.is_set():
                     break
                 marks.setdefault("first_audio_ms", _ms(time.perf_counter() - started))
-                await conn.send(events.event("response.output_audio.delta", **conn.delta_ids(response),
+                await conn.send(events.event("response.output_audio.delta", **delta_ids(response),
                                              delta=audio_delta(chunk)))
                 sent_ms += len(chunk) // BYTES_PER_MS
             timeline.append([sentence, start, sent_ms])
@@ -74,13 +75,13 @@ async def speak_reply(conn, response) -> None:
 
     async def on_delta(text: str) -> None:
         marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
-        await conn.send(events.event("response.output_audio_transcript.delta", **conn.delta_ids(response), delta=text))
+        await conn.send(events.event("response.output_audio_transcript.delta", **delta_ids(response), delta=text))
         for sentence in sentences.feed(text):
             queue.put_nowait(sentence)
 
     result = None
     try:
-        result = await conn.stream_turn(response, on_delta, row)
+        result = await stream_turn(conn, response, on_delta, row)
         if rest := sentences.flush():
             queue.put_nowait(rest)
     finally:
@@ -97,4 +98,4 @@ async def speak_reply(conn, response) -> None:
     # that only called the client's functions has no words to store.
     if text or not figures.get("tool_calls"):
         await row.finish(text, status, {**figures, "timeline": timeline})
-    await conn.finish_response(response, text, figures)
+    await finish(conn, response, text, figures)

@@ -15,8 +15,6 @@ import asyncio
 import json
 import logging
 import threading
-from contextlib import aclosing
-from dataclasses import dataclass, field
 
 from websockets.exceptions import ConnectionClosed
 
@@ -28,6 +26,7 @@ from voice import events, items
 from voice.audio_turn import speak_reply, transcribe_commit
 from voice.client_events import BadEvent, parse
 from voice.speech import AudioBuffer
+from voice.responses import Response, delta_ids, finish, stream_turn
 from voice.store import new_id
 from voice.turn_detection import SpeechDetector, VadSettings
 from voice.turns import NothingToAnswer, ServerBusy
@@ -35,26 +34,6 @@ from voice.turns import NothingToAnswer, ServerBusy
 log = logging.getLogger("parlour")
 MODALITIES = ({"text"}, {"audio"})
 SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
-
-
-@dataclass
-class Response:
-    """One response.create: what was asked, and the output items sent so far."""
-
-    id: str
-    item_id: str  # the assistant message's id, if the reply has words
-    modalities: list[str]
-    instructions: str | None
-    max_tokens: int | None
-    tools: list[dict]
-    tool_choice: str | dict | None
-    metadata: dict | None
-    output: list[dict] = field(default_factory=list)  # finished output items
-    message_index: int | None = None  # the message item's output_index, once it is opened
-
-    @property
-    def audio(self) -> bool:
-        return self.modalities == ["audio"]
 
 
 class Connection:
@@ -297,112 +276,26 @@ class Connection:
             response.id, self.session_id, "failed", response.modalities, response.output, failure=failure,
             metadata=response.metadata)))
 
-    async def open_message(self, response: Response) -> None:
-        """The reply's message item and its one content part, once it has words."""
-        response.message_index = len(response.output)
-        await self.send(events.event("response.output_item.added", response_id=response.id,
-                                     output_index=response.message_index,
-                                     item=events.assistant_item(response.item_id, "", "in_progress", response.audio)))
-        part = {"type": "audio", "transcript": ""} if response.audio else {"type": "text", "text": ""}
-        await self.send(events.event("response.content_part.added", response_id=response.id,
-                                     item_id=response.item_id, output_index=response.message_index,
-                                     content_index=0, part=part))
-
-    def delta_ids(self, response: Response) -> dict:
-        return {"response_id": response.id, "item_id": response.item_id, "output_index": response.message_index,
-                "content_index": 0}
-
-    async def announce_research(self, stored_messages) -> None:
-        for stored in stored_messages:
-            for payload in events.items(stored):
-                await self.send(events.event("conversation.item.added", item=payload))
-                await self.send(events.event("conversation.item.done", item=payload))
-
-    async def announce_calls(self, response: Response, stored_messages) -> None:
-        """The client's function calls as output items; the client runs them and answers."""
-        for stored in stored_messages:
-            for item in events.items(stored):
-                index = len(response.output) + (response.message_index is not None)
-                pending = {**item, "status": "in_progress", "arguments": ""}
-                ids = {"response_id": response.id, "item_id": item["id"], "output_index": index,
-                       "call_id": item["call_id"]}
-                await self.send(events.event("response.output_item.added", response_id=response.id,
-                                             output_index=index, item=pending))
-                await self.send(events.event("response.function_call_arguments.delta", **ids,
-                                             delta=item["arguments"]))
-                await self.send(events.event("response.function_call_arguments.done", **ids, name=item["name"],
-                                             arguments=item["arguments"]))
-                await self.send(events.event("response.output_item.done", response_id=response.id,
-                                             output_index=index, item=item))
-                response.output.append(item)
-
-    async def stream_turn(self, response: Response, on_delta, row=None) -> tuple[str, dict]:
-        """Run the turn: research is announced, the message opened at its first words and
-        `on_delta(text)` awaited for each piece, the client's calls sent as output items. Returns the
-        text and the figures. A spoken turn passes the `row` it stores its reply through."""
-        text, figures = "", {}
-        turn = self.service.engine.respond(self.session_id, self.cancel, response.instructions, response.max_tokens,
-                                           response.item_id, row, response.tools, response.tool_choice)
-        async with aclosing(turn):
-            async for step in turn:
-                if step.kind == "research":
-                    await self.announce_research(step.stored)
-                elif step.kind == "calls":
-                    await self.announce_calls(response, step.stored)
-                elif step.kind == "delta":
-                    if response.message_index is None:
-                        await self.open_message(response)
-                    text += step.text
-                    await on_delta(step.text)
-                elif step.kind == "done":
-                    figures = dict(step.figures)
-        return text, figures
-
     async def text_turn(self, response: Response) -> None:
         async def send_delta(text: str) -> None:
-            await self.send(events.event("response.output_text.delta", **self.delta_ids(response), delta=text))
+            await self.send(events.event("response.output_text.delta", **delta_ids(response), delta=text))
 
-        text, figures = await self.stream_turn(response, send_delta)
-        await self.finish_response(response, text, figures)
+        text, figures = await stream_turn(self, response, send_delta)
+        await finish(self, response, text, figures)
 
-    async def finish_response(self, response: Response, text: str, figures: dict) -> None:
-        cancelled = figures.get("status") == "interrupted"
-        if response.message_index is not None:
-            ids = self.delta_ids(response)
-            if response.audio:
-                await self.send(events.event("response.output_audio.done", **ids))
-                await self.send(events.event("response.output_audio_transcript.done", **ids, transcript=text))
-                part = {"type": "audio", "transcript": text}
-            else:
-                await self.send(events.event("response.output_text.done", **ids, text=text))
-                part = {"type": "text", "text": text}
-            await self.send(events.event("response.content_part.done", **ids, part=part))
-            final = events.assistant_item(response.item_id, text, "incomplete" if cancelled else "completed",
-                                          response.audio)
-            await self.send(events.event("response.output_item.done", response_id=response.id,
-                                         output_index=response.message_index, item=final))
-            response.output.insert(response.message_index, final)
-        status, reason = "completed", None
-        if cancelled:
-            status, reason = "cancelled", "client_cancelled"
-        elif figures.get("finish_reason") == "length" and not figures.get("tool_calls"):
-            status, reason = "incomplete", "max_output_tokens"
-        await self.send(events.event("response.done", response=events.response(
-            response.id, self.session_id, status, response.modalities, response.output, figures, reason=reason,
-            metadata=response.metadata)))
+SEMANTIC_SILENCE_MS = {"low": 1_000, "medium": 600, "auto": 600, "high": 300}
 
 
 def speech_detector(turn_detection) -> SpeechDetector | None:
     if turn_detection is None:
         return None
-    if turn_detection.type != "server_vad":
-        raise BadEvent("only server_vad turn detection is supported (or null for push-to-talk)", "invalid_value",
-                       "session.audio.input.turn_detection.type")
-    defaults = VadSettings()
-    settings = VadSettings(*(getattr(turn_detection, name) if getattr(turn_detection, name) is not None
-                             else getattr(defaults, name)
-                             for name in ("threshold", "prefix_padding_ms", "silence_duration_ms", "create_response",
-                                          "interrupt_response")))
+    given = {name: getattr(turn_detection, name, None) for name in (
+        "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response")}
+    if turn_detection.type == "semantic_vad":
+        # No model judges whether a sentence is finished here: the eagerness becomes a silence length
+        # (the Agents SDK asks for semantic_vad by default).
+        given["silence_duration_ms"] = SEMANTIC_SILENCE_MS[turn_detection.eagerness or "auto"]
+    settings = VadSettings(**{name: value for name, value in given.items() if value is not None})
     if not 0 < settings.threshold < 1 or settings.prefix_padding_ms < 0 or settings.silence_duration_ms < 32:
         raise BadEvent("turn_detection: threshold must be between 0 and 1, prefix_padding_ms at least 0 and "
                        "silence_duration_ms at least 32", "invalid_value", "session.audio.input.turn_detection")

@@ -1,0 +1,128 @@
+"""A response as it streams to the client: its output items and the events that carry them.
+
+`stream_turn` runs the turn engine for one `Response` and turns its steps into Realtime events:
+research as conversation items, the reply's message item opened at its first words (text or audio
+transcript deltas through the caller's `on_delta`), the client's function calls as `function_call`
+output items; `finish` closes the message and sends `response.done` with its status: `completed`,
+`cancelled`, or `incomplete` at the output limit. The connection sends `failed` ones itself.
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+from voice import events
+
+
+@dataclass
+class Response:
+    """One response.create: what was asked, and the output items sent so far."""
+
+    id: str
+    item_id: str  # the assistant message's id, if the reply has words
+    modalities: list[str]
+    instructions: str | None
+    max_tokens: int | None
+    tools: list[dict]
+    tool_choice: str | dict | None
+    metadata: dict | None
+    output: list[dict] = field(default_factory=list)  # finished output items
+    message_index: int | None = None  # the message item's output_index, once it is opened
+
+    @property
+    def audio(self) -> bool:
+        return self.modalities == ["audio"]
+
+
+async def open_message(conn, response: Response) -> None:
+    """The reply's message item and its one content part, once it has words."""
+    response.message_index = len(response.output)
+    await conn.send(events.event("response.output_item.added", response_id=response.id,
+                                 output_index=response.message_index,
+                                 item=events.assistant_item(response.item_id, "", "in_progress", response.audio)))
+    part = {"type": "audio", "transcript": ""} if response.audio else {"type": "text", "text": ""}
+    await conn.send(events.event("response.content_part.added", response_id=response.id,
+                                 item_id=response.item_id, output_index=response.message_index,
+                                 content_index=0, part=part))
+
+
+def delta_ids(response: Response) -> dict:
+    return {"response_id": response.id, "item_id": response.item_id, "output_index": response.message_index,
+            "content_index": 0}
+
+
+async def announce_research(conn, stored_messages) -> None:
+    for stored in stored_messages:
+        for payload in events.items(stored):
+            await conn.send(events.event("conversation.item.added", item=payload))
+            await conn.send(events.event("conversation.item.done", item=payload))
+
+
+async def announce_calls(conn, response: Response, stored_messages) -> None:
+    """The client's function calls as output items; the client runs them and answers."""
+    for stored in stored_messages:
+        for item in events.items(stored):
+            index = len(response.output) + (response.message_index is not None)
+            pending = {**item, "status": "in_progress", "arguments": ""}
+            ids = {"response_id": response.id, "item_id": item["id"], "output_index": index,
+                   "call_id": item["call_id"]}
+            await conn.send(events.event("response.output_item.added", response_id=response.id,
+                                         output_index=index, item=pending))
+            await conn.send(events.event("response.function_call_arguments.delta", **ids,
+                                         delta=item["arguments"]))
+            await conn.send(events.event("response.function_call_arguments.done", **ids, name=item["name"],
+                                         arguments=item["arguments"]))
+            await conn.send(events.event("response.output_item.done", response_id=response.id,
+                                         output_index=index, item=item))
+            response.output.append(item)
+
+
+async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str, dict]:
+    """Run the turn: research is announced, the message opened at its first words and
+    `on_delta(text)` awaited for each piece, the client's calls sent as output items. Returns the
+    text and the figures. A spoken turn passes the `row` it stores its reply through."""
+    text, figures = "", {}
+    turn = conn.service.engine.respond(conn.session_id, conn.cancel, response.instructions, response.max_tokens,
+                                       response.item_id, row, response.tools, response.tool_choice)
+    async with aclosing(turn):
+        async for step in turn:
+            if step.kind == "research":
+                await announce_research(conn, step.stored)
+            elif step.kind == "calls":
+                await announce_calls(conn, response, step.stored)
+            elif step.kind == "delta":
+                if response.message_index is None:
+                    await open_message(conn, response)
+                text += step.text
+                await on_delta(step.text)
+            elif step.kind == "done":
+                figures = dict(step.figures)
+    return text, figures
+
+
+async def finish(conn, response: Response, text: str, figures: dict) -> None:
+    cancelled = figures.get("status") == "interrupted"
+    if response.message_index is not None:
+        ids = delta_ids(response)
+        if response.audio:
+            await conn.send(events.event("response.output_audio.done", **ids))
+            await conn.send(events.event("response.output_audio_transcript.done", **ids, transcript=text))
+            part = {"type": "audio", "transcript": text}
+        else:
+            await conn.send(events.event("response.output_text.done", **ids, text=text))
+            part = {"type": "text", "text": text}
+        await conn.send(events.event("response.content_part.done", **ids, part=part))
+        final = events.assistant_item(response.item_id, text, "incomplete" if cancelled else "completed",
+                                      response.audio)
+        await conn.send(events.event("response.output_item.done", response_id=response.id,
+                                     output_index=response.message_index, item=final))
+        response.output.insert(response.message_index, final)
+    status, reason = "completed", None
+    if cancelled:
+        status, reason = "cancelled", "client_cancelled"
+    elif figures.get("finish_reason") == "length" and not figures.get("tool_calls"):
+        status, reason = "incomplete", "max_output_tokens"
+    await conn.send(events.event("response.done", response=events.response(
+        response.id, conn.session_id, status, response.modalities, response.output, figures, reason=reason,
+        metadata=response.metadata)))
