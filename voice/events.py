@@ -1,11 +1,14 @@
 """Server events of the Realtime protocol (GA shapes, as in the `openai` package's
-`openai.types.realtime`), built as plain dicts. Every builder's output validates against
-`RealtimeServerEvent`; the tests check each one the server sends.
+`openai.types.realtime`), built as plain dicts and validated by the package's model of their type
+as they are built, so every event sent has the protocol's shape.
 """
 
 from __future__ import annotations
 
 import json
+import typing
+
+from openai.types.realtime import realtime_server_event
 
 from voice.store import StoredMessage, new_id
 
@@ -13,8 +16,16 @@ SAMPLE_RATE = 24_000
 PCM = {"type": "audio/pcm", "rate": SAMPLE_RATE}
 
 
+_UNION = typing.get_args(typing.get_args(realtime_server_event.RealtimeServerEvent)[0])
+EVENT_TYPES = {typing.get_args(model.model_fields["type"].annotation)[0]: model for model in _UNION}
+
+
 def event(kind: str, **fields) -> dict:
-    return {"type": kind, "event_id": new_id("event"), **fields}
+    """A server event, validated by the `openai` package's model of its type as it is built: one
+    that does not match the protocol is a bug, raised here rather than sent to a client."""
+    payload = {"type": kind, "event_id": new_id("event"), **fields}
+    EVENT_TYPES[kind].model_validate(payload)
+    return payload
 
 
 def error(message: str, code: str = "invalid_request", kind: str = "invalid_request_error",
