@@ -9,8 +9,10 @@ own template). Each request asks the server to keep its prompt cached (`cache_pr
 llama.cpp, in the same slot (`id_slot`) while the session is active: a session is known by its
 prompt's first two messages, which fitting keeps stable.
 
-Counting for fitting uses a local GGUF's tokenizer and chat template, loaded vocabulary-only
-(exact when it is the model the server runs); without one, characters / 3. Cancelling a reply
+Counting for fitting is exact where it can be: llama.cpp's own template and tokenizer through its
+`/apply-template` and `/tokenize` (found by `connect`, with the context of one slot from `/props`),
+else a local GGUF's tokenizer and chat template, loaded vocabulary-only (exact when it is the model
+the server runs), else characters / 3. Cancelling a reply
 closes its connection, which llama.cpp and vLLM take as the end of that generation.
 
 Every failure (refused, timed out, an HTTP error, a stream cut short) is a `ModelServerError` with
@@ -39,6 +41,49 @@ class ModelServerError(RuntimeError):
     """The model server could not be reached or did not answer properly; the message says how."""
 
 
+_STUB = {"role": "system", "content": "."}
+_STUB_QUESTION = {"role": "user", "content": "."}
+
+
+class ServerTokenizer:
+    """Counts with the server's own chat template and tokenizer: llama.cpp's `/apply-template` and
+    `/tokenize`. A message's tokens are what it adds between a stub system message and a stub
+    question (the question keeps a last assistant message from being rendered as a reply to
+    continue, which llama.cpp does); counts are cached by the message's digest."""
+
+    def __init__(self, model: "RemoteLanguageModel", root_path: str):
+        self.model, self.root = model, root_path
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self._stub: int | None = None
+
+    def stub_tokens(self) -> int:
+        if self._stub is None:
+            self._stub = self.prompt_tokens([_STUB, _STUB_QUESTION])
+        return self._stub
+
+    def prompt_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        body: dict = {"messages": [_wire(m) for m in messages]}
+        if tools:
+            body["tools"] = tools
+        prompt = self.model.call(f"{self.root}/apply-template", body)["prompt"]
+        return len(self.model.call(f"{self.root}/tokenize", {"content": prompt, "add_special": True,
+                                                             "parse_special": True})["tokens"])
+
+    def count_message(self, message: Message) -> int:
+        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
+        with self._lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
+        count = self.prompt_tokens([_STUB, message, _STUB_QUESTION]) - self.stub_tokens()
+        with self._lock:
+            self._counts[key] = count
+            while len(self._counts) > 50_000:
+                self._counts.popitem(last=False)
+        return count
+
+
 class RemoteLanguageModel:
     def __init__(self, url: str, api_key: str = "", tokenizer: LanguageModel | None = None,
                  context: int = 8192, slots: int = 1, timeout: float = 120.0):
@@ -51,30 +96,73 @@ class RemoteLanguageModel:
         self.name = f"{parts.netloc} ({tokenizer.path.name if tokenizer else 'remote model'})"
         self.measured_by = f"the tokenizer of {tokenizer.path.name}" if tokenizer else "characters / 3"
         self.prompt_overhead = tokenizer.prompt_overhead if tokenizer else 1
+        self.server_tokenizer: ServerTokenizer | None = None  # set by connect() for llama.cpp
         self._slots: OrderedDict[str, int] = OrderedDict()  # prompt prefix -> llama.cpp slot, least recent first
         self._in_use: set[int] = set()
         self._slot_count = slots
         self._slot_lock = threading.Lock()
 
-    # Counting ---------------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Ask the server what it is. llama.cpp's `/props` gives the context of one slot and the
+        endpoints to count with its own template and tokenizer, which then come first."""
+        root = self._parts.path.removesuffix("/v1")
+        try:
+            props = self.call(f"{root}/props", None, timeout=10)
+        except ModelServerError:
+            return
+        settings = props.get("default_generation_settings") or {}
+        if isinstance(settings.get("n_ctx"), int) and settings["n_ctx"] > 0:
+            self.context = settings["n_ctx"]
+        self.server_tokenizer = ServerTokenizer(self, root)
+        self.measured_by = "the server's own template and tokenizer (llama.cpp's /apply-template and /tokenize)"
+
+    def call(self, path: str, body: dict | None, timeout: float = 30.0) -> dict:
+        """One JSON request to the server (GET without a body); failures are `ModelServerError`s."""
+        connection = self._connection(timeout)
+        try:
+            connection.request("POST" if body is not None else "GET", path,
+                               json.dumps(body).encode() if body is not None else None, self._headers())
+            response = connection.getresponse()
+            if response.status >= 400:
+                raise ModelServerError(f"the model server answered HTTP {response.status} to {path}: "
+                                       f"{_error_text(response)}")
+            return json.loads(response.read())
+        except (OSError, http.client.HTTPException, json.JSONDecodeError) as error:
+            raise ModelServerError(f"the model server at {self.url} does not answer {path}: {error}") from None
+        finally:
+            connection.close()
+
+    # Counting: the server's tokenizer, else a local GGUF's, else an estimate ------------------
     def count_message(self, message: Message) -> int:
+        if self.server_tokenizer:
+            return self.server_tokenizer.count_message(message)
         if self.tokenizer:
             return self.tokenizer.count_message(message)
         text = (message.get("content") or "") + json.dumps(message.get("tool_calls") or "")
         return len(text) // ESTIMATE_CHARS_PER_TOKEN + MESSAGE_OVERHEAD_ESTIMATE
 
     def measure(self, messages: list[Message]) -> int:
+        if self.server_tokenizer and messages and messages[0].get("role") == "system":
+            # The first message with the template's framing, then what each other message adds.
+            return self.server_tokenizer.prompt_tokens(messages[:1]) + sum(
+                self.count_message(m) for m in messages[1:])
         return self.prompt_overhead + sum(self.count_message(m) for m in messages)
 
     def count(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        if self.server_tokenizer:
+            return self.server_tokenizer.prompt_tokens(messages, tools)
         if self.tokenizer:
             return self.tokenizer.count(messages, tools)
         return self.measure(messages) + self.tools_tokens(tools)
 
     def tools_tokens(self, tools: list[dict] | None) -> int:
+        if not tools:
+            return 0
+        if self.server_tokenizer:
+            return self.server_tokenizer.prompt_tokens([_STUB, _STUB_QUESTION], tools) - self.server_tokenizer.stub_tokens()
         if self.tokenizer:
             return self.tokenizer.tools_tokens(tools)
-        return len(json.dumps(tools)) // ESTIMATE_CHARS_PER_TOKEN if tools else 0
+        return len(json.dumps(tools)) // ESTIMATE_CHARS_PER_TOKEN
 
     # The server -------------------------------------------------------------------------------
     def _connection(self, timeout: float) -> http.client.HTTPConnection:

