@@ -151,6 +151,36 @@ def test_the_agents_sdk_calls_a_function_tool_and_answers_from_its_result(server
     assert "21" in stored[-1]["content"] or "sunny" in stored[-1]["content"].lower()
 
 
+def test_the_agents_sdk_speaks_hands_free_with_its_default_turn_detection(server, speech):
+    from agents.realtime import RealtimeAgent, RealtimeRunner
+
+    async def converse() -> tuple[list[str], int]:
+        agent = RealtimeAgent(name="Assistant", instructions="Answer in one short sentence.")
+        session = await RealtimeRunner(agent).run(model_config={
+            "url": f"ws://127.0.0.1:{server.port}/v1/realtime", "api_key": "unused"})
+        seen, audio_bytes = [], 0
+        async with session:
+            silence = b"\0\0" * 24_000
+            question = silence + speech("What is the capital of France?") + silence
+            for start in range(0, len(question), 9_600):  # no commit: the server hears the end of speech
+                await session.send_audio(question[start:start + 9_600])
+            async for event in session:
+                seen.append(event.type)
+                if event.type == "error":
+                    raise AssertionError(event)
+                if event.type == "audio":
+                    audio_bytes += len(event.audio.data)
+                if event.type == "agent_end":
+                    break
+        return seen, audio_bytes
+
+    seen, audio_bytes = asyncio.run(asyncio.wait_for(converse(), 240))
+    assert audio_bytes > 24_000  # more than half a second of speech came back
+    stored = [m.message for m in server.service.store.messages(server.service.store.list()[0].id)]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[0]["content"] == "What is the capital of France?" and "Paris" in stored[1]["content"]
+
+
 VALID_EVENTS = [
     {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
                                            "output_modalities": ["text"], "audio": {"output": {"speed": 1.0}},

@@ -153,7 +153,7 @@ def cmd_config(config, args) -> None:
         value = getattr(config, key)
         secret = key in ("api_keys", "llm_api_key") and value
         shown = f"<{len(value) if key == 'api_keys' else 1} key(s)>" if secret else repr(value)  # never print secrets
-        print(f"{key:<14} = {shown:<50} ({config.sources[key]})")
+        print(f"{key:<{max(map(len, KEYS))}} = {shown:<50} ({config.sources[key]})")
 
 
 def cmd_say(config, args) -> None:
