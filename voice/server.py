@@ -77,7 +77,9 @@ class Service:
         self.store, self.knowledge = store, knowledge
         self.research = Research(config.research, knowledge)
         remote = isinstance(llm, RemoteLanguageModel)
-        self.engine = TurnEngine(llm, store, self.research, llm.context, config.reply_tokens, config.max_queue,
+        # A server's context is what it says one request gets (llama.cpp's /props), else `context`.
+        self.engine = TurnEngine(llm, store, self.research, llm.context if remote else config.context,
+                                 config.reply_tokens, config.max_queue,
                                  config.temperature, config.max_inflight if remote else 1)
         self.owners = {owner_of(key) for key in config.api_keys}
         self.voice_name = tts.name
