@@ -215,7 +215,7 @@ def test_a_full_queue_answers_server_busy(make_server):
     first.until("response.output_text.delta")
     second.say("Hello?")
     second.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 8}})
-    second.ws.ping().wait(10)  # the server has read second's events once it answers the ping
+    second.until("response.created")  # second's turn has taken the one waiting place
     third.say("Anyone?")
     third.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 8}})
     busy = third.until("response.done")

@@ -118,16 +118,21 @@ class TurnEngine:
         self.recent: list[dict] = []  # the last turns' figures, newest last
 
     # The model's queue ------------------------------------------------------------------------
-    async def _acquire(self) -> float:
+    async def _acquire(self, session_id: str) -> tuple[list[dict], float]:
+        """A place in the queue, taken before anything is awaited (so turns queue in the order they
+        arrive), then the session's transcript, then the model. Returns the transcript and the wait."""
         if self._waiting >= self.max_queue:
             raise ServerBusy(f"{self._waiting} turns are already waiting for the model")
         self._waiting += 1
         started = time.perf_counter()
         try:
+            transcript = await asyncio.to_thread(self.store.transcript, session_id)
+            if transcript[-1]["role"] not in ("user", "tool"):
+                raise NothingToAnswer("there is no new user message or function output to respond to")
             await self._model.acquire()
         finally:
             self._waiting -= 1
-        return time.perf_counter() - started
+        return transcript, time.perf_counter() - started
 
     async def _stream(self, reply: ReplyStream) -> AsyncIterator[str]:
         """The reply's pieces, generated in a worker thread so the event loop stays free."""
@@ -174,12 +179,9 @@ class TurnEngine:
         and finishes itself (a spoken reply counts a sentence once its audio is sent).
         """
         started = time.perf_counter()
-        transcript = await asyncio.to_thread(self.store.transcript, session_id)
-        if transcript[-1]["role"] not in ("user", "tool"):
-            raise NothingToAnswer("there is no new user message or function output to respond to")
+        transcript, queue_s = await self._acquire(session_id)
         # Research looks up a new question; function results are already the evidence.
         question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
-        queue_s = await self._acquire()
         figures: dict = {"queue_ms": _ms(queue_s)}
         delivered: list[str] = []
         fits: list[FitResult] = []  # this turn's fits; the last one says what the prompt left out
