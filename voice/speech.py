@@ -76,9 +76,10 @@ class Sentences:
         while True:
             match = _SENTENCE_END.search(self.pending)
             if not self.started and self.first_clause_words:
-                clause = _CLAUSE_END.search(self.pending)
-                if clause and (not match or clause.start() < match.start()) and len(
-                        self.pending[: clause.start()].split()) >= self.first_clause_words:
+                # The first clause end with enough words before it (a list's first commas come early).
+                clause = next((c for c in _CLAUSE_END.finditer(self.pending)
+                               if len(self.pending[: c.start()].split()) >= self.first_clause_words), None)
+                if clause and (not match or clause.start() < match.start()):
                     match = clause
             if not match:
                 return done

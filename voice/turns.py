@@ -124,11 +124,11 @@ class TurnEngine:
         if self._waiting >= self.max_queue:
             raise ServerBusy(f"{self._waiting} turns are already waiting for the model")
         self._waiting += 1
-        started = time.perf_counter()
         try:
             transcript = await asyncio.to_thread(self.store.transcript, session_id)
             if transcript[-1]["role"] not in ("user", "tool"):
                 raise NothingToAnswer("there is no new user message or function output to respond to")
+            started = time.perf_counter()
             await self._model.acquire()
         finally:
             self._waiting -= 1
