@@ -35,8 +35,34 @@ Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
-# Cached message counts: about 190 bytes an entry (a 16-byte key, its int, the ordering), so 9.5 MB.
-COUNT_CACHE_ENTRIES = 50_000
+
+
+class CountCache:
+    """Token counts of messages, keyed by a 16-byte digest of the message (so the cache's size does
+    not depend on how long messages are), least recently used out first, safe from several threads.
+    About 190 bytes an entry: 9.5 MB at the bound."""
+
+    def __init__(self, entries: int = 50_000):
+        self.entries = entries
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+    def get(self, message: Message, count: Callable[[Message], int]) -> int:
+        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
+        with self._lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
+        value = count(message)  # outside the lock: counting renders and tokenizes
+        with self._lock:
+            self._counts[key] = value
+            while len(self._counts) > self.entries:
+                self._counts.popitem(last=False)
+        return value
 
 
 class ContextOverflow(ValueError):
@@ -178,8 +204,7 @@ class LanguageModel:
         self._eos_text = vocab_token("tokenizer.ggml.eos_token_id")
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
         self._lock = threading.Lock()
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
-        self._counts_lock = threading.Lock()
+        self._counts = CountCache()
         self._openers: tuple[np.ndarray, np.ndarray] | None = None
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
@@ -224,21 +249,12 @@ class LanguageModel:
     def count_message(self, message: Message) -> int:
         """Tokens this message adds to a prompt that starts with a system message. Cached by content,
         safe to call from several threads."""
-        # A 16-byte digest as the key: the cache's size does not depend on how long messages are.
-        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
-        with self._counts_lock:
-            if key in self._counts:
-                self._counts.move_to_end(key)
-                return self._counts[key]
+        return self._counts.get(message, self._count_uncached)
+
+    def _count_uncached(self, message: Message) -> int:
         if message.get("role") == "system":
-            count = len(self._tokenize(self._render([message], generation_prompt=False)))
-        else:
-            count = self._count_after_stub(message)
-        with self._counts_lock:
-            self._counts[key] = count
-            while len(self._counts) > COUNT_CACHE_ENTRIES:
-                self._counts.popitem(last=False)
-        return count
+            return len(self._tokenize(self._render([message], generation_prompt=False)))
+        return self._count_after_stub(message)
 
     def _count_after_stub(self, message: Message) -> int:
         """The message's tokens after a stub prefix; strict templates that refuse a reply right after

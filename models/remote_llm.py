@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from models.llm import LanguageModel, Message, ReplyStream
+from models.llm import CountCache, LanguageModel, Message, ReplyStream
 
 ESTIMATE_CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_ESTIMATE = 5  # role markers and separators, per message, when estimating
@@ -53,8 +53,7 @@ class ServerTokenizer:
 
     def __init__(self, model: "RemoteLanguageModel", root_path: str):
         self.model, self.root = model, root_path
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self._counts = CountCache()
         self._stub: int | None = None
 
     def stub_tokens(self) -> int:
@@ -71,17 +70,7 @@ class ServerTokenizer:
                                                              "parse_special": True})["tokens"])
 
     def count_message(self, message: Message) -> int:
-        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
-        with self._lock:
-            if key in self._counts:
-                self._counts.move_to_end(key)
-                return self._counts[key]
-        count = self.prompt_tokens([_STUB, message, _STUB_QUESTION]) - self.stub_tokens()
-        with self._lock:
-            self._counts[key] = count
-            while len(self._counts) > 50_000:
-                self._counts.popitem(last=False)
-        return count
+        return self._counts.get(message, lambda m: self.prompt_tokens([_STUB, m, _STUB_QUESTION]) - self.stub_tokens())
 
 
 class RemoteLanguageModel:
