@@ -71,7 +71,7 @@ def test_health_and_figures_over_http(server):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/figures") as answer:
         figures = json.load(answer)
     assert figures[-1]["session_id"] == client.session_id
-    assert figures[-1]["prompt_tokens"] == int(response["metadata"]["prompt_tokens"])
+    assert figures[-1]["prompt_tokens"] == int(response["usage"]["input_tokens"])
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/sessions") as answer:
         assert client.session_id in [s["id"] for s in json.load(answer)]
 
@@ -131,7 +131,7 @@ def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, 
 
     from models.audio import pcm16_to_float
     from tests.fake_audio import FakeSoundDevice
-    from voice.talk import talk
+    from voice.clients.talk import talk
 
     device = FakeSoundDevice(input_rate=48_000)
     question = pcm16_to_float(b"".join(tts.synthesize("Tell me a long story about a lighthouse keeper.", rate=48_000)))

@@ -155,6 +155,6 @@ def test_replies_survive_sigkill_at_every_moment_of_a_session(kill_and_restart, 
     assert done(follow_up)["status"] in ANSWERED and reply_text(follow_up)
     transcript = store.transcript(session_id)
     assert transcript[2]["content"] == story.message["content"]
-    assert int(done(follow_up)["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+    assert int(done(follow_up)["usage"]["input_tokens"]) == llm.count(transcript[:-1])
     client.close()
     store.close()

@@ -108,11 +108,11 @@ def test_text_and_spoken_turns_are_answered_by_the_model_server(model_server, re
     assert "blue" in done(spoken)["output"][0]["content"][0]["transcript"].lower()
     assert model_server.requests() - before == 3  # each reply came from the server
     # The second prompt extended the first, and the server reused its cached prefix.
-    first_prompt = int(done(first)["metadata"]["prompt_tokens"])
+    first_prompt = int(done(first)["usage"]["input_tokens"])
     assert max(model_server.prefix_hits()[-2:]) >= first_prompt - 1
     # Fitting measured the prompt exactly as the local model would count it.
     transcript = server.service.store.transcript(client.session_id)
-    assert int(second["metadata"]["prompt_tokens"]) == llm.count(transcript[:4])
+    assert int(second["usage"]["input_tokens"]) == llm.count(transcript[:4])
     health = json.load(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz"))
     assert health["backend"] == model_server.url and health["model_server"] == "answers"
     client.close()
@@ -206,7 +206,7 @@ def test_llama_server_counts_with_its_own_tokenizer_and_reuses_the_prefix(tmp_pa
         assert "Paris" in first["output"][0]["content"][0]["text"]
         assert "Tokyo" in second["output"][0]["content"][0]["text"]
         # The server reports the prefix it kept: the whole first exchange, in the session's slot.
-        assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["metadata"]["prompt_tokens"]) - 1
+        assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["usage"]["input_tokens"]) - 1
         transcript = server.service.store.transcript(client.session_id)
         assert second["usage"]["input_tokens"] == llm.count(transcript[:4])
         assert llama.requests() == 2

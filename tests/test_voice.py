@@ -84,7 +84,7 @@ def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
     assert response["status"] in ANSWERED and response["output_modalities"] == ["audio"]
     assert response["output"][0]["content"][0] == {"type": "output_audio", "transcript": said}
     metadata = response["metadata"]
-    for figure in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms", "prompt_tokens", "cached_tokens"):
+    for figure in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms", "evaluated_tokens"):
         assert int(metadata[figure]) >= 0, figure
     assert int(metadata["ttft_ms"]) <= int(metadata["first_audio_ms"]) <= int(metadata["total_ms"])
     assert "cached_tokens" in response["usage"]["input_token_details"]
@@ -108,7 +108,7 @@ def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
     second = done(client.speak(speech("What is my dog called?")))
     transcript = server.service.store.transcript(client.session_id)
     assert "biscuit" in words(transcript[1]["content"])
-    assert int(second["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+    assert int(second["usage"]["input_tokens"]) == llm.count(transcript[:-1])
     assert second["usage"]["input_token_details"]["cached_tokens"] > 0
     client.close()
 
@@ -123,7 +123,7 @@ def test_cancel_mid_reply_stops_speech_and_stores_what_was_sent(server, speech):
     stored = server.service.store.messages(client.session_id)[-1]
     assert stored.status == "interrupted"
     assert stored.message["content"] == reply_transcript(events)
-    assert int(response["metadata"]["completion_tokens"]) < 250
+    assert int(response["usage"]["output_tokens"]) < 250
     assert done(client.speak(speech("Thank you.")))["status"] in ANSWERED  # still usable
     client.close()
 
@@ -160,7 +160,7 @@ def test_a_spoken_session_resumes_after_a_restart(make_server, speech, llm):
     assert second[0]["session"]["id"] == session_id
     transcript = restarted.service.store.transcript(session_id)
     assert "seven" in words(transcript[1]["content"]) or "7" in transcript[1]["content"]
-    assert int(done(second)["metadata"]["prompt_tokens"]) == llm.count(transcript[:-1])
+    assert int(done(second)["usage"]["input_tokens"]) == llm.count(transcript[:-1])
 
 
 def test_bad_audio_input_gets_errors_and_the_next_turn_is_served(make_server, speech):

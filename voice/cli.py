@@ -18,7 +18,7 @@ from models.weights import ModelMissing
 from fitting import FitError
 from voice.config import CHOICES, KEYS, ConfigError, load_config
 from models.llm import tool_call_text
-from voice.chat import ChatError
+from voice.clients.chat import ChatError
 from voice.replay import ReplayError, load_messages
 from voice.store import UnknownSession
 
@@ -232,7 +232,7 @@ def cmd_chat(config, args) -> None:
     import asyncio
     import os
 
-    from voice.chat import chat, realtime_url
+    from voice.clients.chat import chat, realtime_url
 
     key = args.api_key or os.environ.get("PARLOUR_API_KEY")
     asyncio.run(chat(realtime_url(config.host, config.port, args.session), key))
@@ -242,8 +242,8 @@ def cmd_talk(config, args) -> None:
     import asyncio
     import os
 
-    from voice.chat import realtime_url
-    from voice.talk import list_devices, one_turn, talk
+    from voice.clients.chat import realtime_url
+    from voice.clients.talk import list_devices, one_turn, talk
 
     if args.list_devices:
         print(list_devices())

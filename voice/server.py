@@ -1,6 +1,6 @@
 """The Parlour service: the websocket endpoint `/v1/realtime` (voice and text) and a few HTTP pages.
 
-- `GET /`: the push-to-talk page (voice/page.html), no outside assets.
+- `GET /`: the push-to-talk page (voice/clients/page.html), no outside assets.
 - `GET /healthz`: the loaded models and how many turns wait for the model.
 - `GET /v1/sessions`, `GET /v1/figures`: the caller's stored sessions and its last turns' figures.
 
@@ -33,7 +33,7 @@ from websockets.protocol import State
 
 from models.remote_llm import RemoteLanguageModel
 from voice.config import Config
-from voice.connection import Connection
+from voice.realtime.connection import Connection
 from voice.hosts import HostCheck
 from voice.knowledge import KnowledgeBase
 from voice.research import Research
@@ -42,7 +42,7 @@ from voice.turns import TurnEngine
 
 log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
-PAGE = Path(__file__).with_name("page.html")
+PAGE = Path(__file__).parent / "clients" / "page.html"
 KEY_PROTOCOL = "openai-insecure-api-key."
 MAX_UNREAD_MESSAGES = 4
 

@@ -114,8 +114,25 @@ def response(response_id: str, session_id: str, status: str, modalities: list[st
             "input_token_details": {"cached_tokens": cached, "text_tokens": prompt},
             "output_token_details": {"text_tokens": completion, "audio_tokens": 0},
         }
-        # Metadata values are strings in the protocol; lists and flags are written as JSON.
-        body["metadata"] = {k: v if isinstance(v, str) else json.dumps(v) for k, v in figures.items()}
-    if metadata:
-        body["metadata"] = {**body.get("metadata", {}), **metadata}
+    body["metadata"] = response_metadata(metadata, figures)
     return body
+
+
+# The protocol allows 16 metadata keys. The client's own come first (LiveKit matches responses by
+# them); the turn's figures fill the rest in this order. Token counts and the status are already in
+# `usage` and `status`; every figure is in GET /v1/figures and the store.
+METADATA_LIMIT = 16
+METADATA_FIGURES = ("first_audio_ms", "ttft_ms", "stt_ms", "queue_ms", "research_ms", "fit_ms", "total_ms",
+                    "evaluated_tokens", "prompt_tokens_fitted", "removed", "dropped", "summary", "fit_steps",
+                    "tool_calls")
+
+
+def response_metadata(client: dict | None, figures: dict | None) -> dict | None:
+    metadata = dict(client or {})
+    for name in METADATA_FIGURES:
+        if len(metadata) >= METADATA_LIMIT:
+            break
+        if figures and name in figures and name not in metadata:
+            value = figures[name]  # values are strings in the protocol; flags and numbers as JSON
+            metadata[name] = value if isinstance(value, str) else json.dumps(value)
+    return metadata or None

@@ -11,29 +11,27 @@ from __future__ import annotations
 import asyncio
 import time
 
-from voice import events
-from voice.client_events import BadEvent
+from voice.realtime import events, items
+from voice.realtime.client_events import BadEvent
 from voice.reply_row import ReplyRow
-from voice.responses import delta_ids, finish, stream_turn
+from voice.realtime.responses import delta_ids, finish, stream_turn
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
-from voice.store import new_id
 
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-async def transcribe_commit(conn, audio: bytes, item_id: str | None = None) -> None:
+async def transcribe_commit(conn, audio: bytes, item_id: str) -> None:
     """Transcribe committed audio, store the question, and announce it (commit, item, transcript)."""
     committed_at = time.perf_counter()
     transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
     if not transcript.text:
         raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
-    item_id = item_id or new_id("item")
     previous = await asyncio.to_thread(conn.service.store.messages, conn.session_id)
     previous_id = previous[-1].item_id if previous else None
     await conn.send(events.event("input_audio_buffer.committed", previous_item_id=previous_id, item_id=item_id))
-    await conn.add_user_message(transcript.text, audio=True, item_id=item_id)
+    await items.add(conn, {"role": "user", "content": transcript.text}, item_id, audio=True)
     await conn.send(events.event(
         "conversation.item.input_audio_transcription.completed", item_id=item_id, content_index=0,
         transcript=transcript.text, usage={"type": "duration", "seconds": round(transcript.audio_seconds, 3)},
@@ -45,8 +43,7 @@ async def speak_reply(conn, response) -> None:
     """The audio response: transcript deltas, audio deltas sentence by sentence, then the .done events."""
     spoken, conn.spoken = conn.spoken, {}
     started = spoken.get("committed_at", time.perf_counter())
-    tts, cancel = conn.service.tts, conn.cancel
-    speed = conn.speed
+    tts, cancel, speed = conn.service.tts, response.cancel, response.speed
     queue: asyncio.Queue = asyncio.Queue()
     timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
     marks: dict = {}

@@ -9,10 +9,11 @@ output items; `finish` closes the message and sends `response.done` with its sta
 
 from __future__ import annotations
 
+import threading
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from voice import events
+from voice.realtime import events
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Response:
     tools: list[dict]
     tool_choice: str | dict | None
     metadata: dict | None
+    speed: float = 1.0  # of its speech
+    cancel: threading.Event = field(default_factory=threading.Event)  # set to stop it
     output: list[dict] = field(default_factory=list)  # finished output items
     message_index: int | None = None  # the message item's output_index, once it is opened
 
@@ -83,7 +86,7 @@ async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str
     `on_delta(text)` awaited for each piece, the client's calls sent as output items. Returns the
     text and the figures. A spoken turn passes the `row` it stores its reply through."""
     text, figures = "", {}
-    turn = conn.service.engine.respond(conn.session_id, conn.cancel, response.instructions, response.max_tokens,
+    turn = conn.service.engine.respond(conn.session_id, response.cancel, response.instructions, response.max_tokens,
                                        response.item_id, row, response.tools, response.tool_choice)
     async with aclosing(turn):
         async for step in turn:

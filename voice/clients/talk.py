@@ -21,7 +21,7 @@ from collections import deque
 import numpy as np
 
 from models.audio import float_to_pcm16, read_wav, resample, write_wav
-from voice.chat import ChatError, open_connection
+from voice.clients.chat import ChatError, open_connection
 
 RATE = 24_000
 BYTES_PER_MS = 48
