@@ -75,6 +75,7 @@ class ReplyStats:
     cached_tokens: int = 0  # prompt tokens reused from the KV cache
     evaluated_tokens: int = 0  # prompt tokens the model had to process
     completion_tokens: int = 0
+    shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
     ttft_s: float = 0.0  # time to the first token
     total_s: float = 0.0
     finish_reason: str = ""  # "stop", "length" or "cancelled"
@@ -166,6 +167,49 @@ def _may_open_a_call(piece: str) -> bool:
     return bool(start) and any(start.startswith(o) or o.startswith(start) for o in MARKERS)
 
 
+MIN_RUN = 16  # tokens that must match to resume after a removed span (chat markup alone is shorter)
+
+
+def common_prefix(old: list[int], new: list[int]) -> int:
+    length = 0
+    for a, b in zip(old, new):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def removed_spans(old: list[int], new: list[int], min_run: int = MIN_RUN) -> tuple[list[tuple[int, int]], int]:
+    """How `new` starts as `old` with spans removed: the spans (`old` positions, start to end) and
+    how many leading tokens of `new` that accounts for. Matching resumes after a span only where at
+    least `min_run` tokens agree; it stops at the first text that is new."""
+    spans: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(new) and j < len(old):
+        if new[i] == old[j]:
+            i, j = i + 1, j + 1
+            continue
+        window = new[i:i + min_run]
+        resume = _find(old, window, j + 1) if len(window) == min_run else None
+        if resume is None:
+            break
+        spans.append((j, resume))
+        j = resume
+    return spans, i
+
+
+def _find(tokens: list[int], window: list[int], start: int) -> int | None:
+    at = start
+    while True:
+        try:
+            at = tokens.index(window[0], at)
+        except ValueError:
+            return None
+        if tokens[at:at + len(window)] == window:
+            return at
+        at += 1
+
+
 def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
@@ -174,8 +218,9 @@ class LanguageModel:
     """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
 
     def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
-                 repeat_penalty: float = 1.0, vocab_only: bool = False):
-        """`vocab_only` loads the tokenizer and chat template alone, for counting (a remote model's)."""
+                 repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True):
+        """`vocab_only` loads the tokenizer and chat template alone, for counting (a remote model's).
+        `kv_shift` keeps the cache of what survives when spans are removed from the cached prompt."""
         from llama_cpp import Llama
 
         self.path = Path(model_path)
@@ -188,6 +233,7 @@ class LanguageModel:
             model_path=str(self.path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
             seed=seed, verbose=False, vocab_only=vocab_only,
         )
+        self.kv_shift = kv_shift and not vocab_only and self._can_shift()
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")
         if not source:
@@ -304,6 +350,29 @@ class LanguageModel:
                              np.array([token for token, text in openers if text.strip()], dtype=np.int64))
         return self._openers
 
+    def _can_shift(self) -> bool:
+        from llama_cpp import llama_memory_can_shift
+
+        return bool(llama_memory_can_shift(self._llm._ctx.memory))
+
+    def _shift_cache(self, prompt: list[int]) -> int:
+        """Keep the cache of the tokens that survive in `prompt` when spans of what was cached were
+        removed (an old exchange, old research): each span leaves the KV cache and what follows it
+        moves down, instead of everything after the first change being evaluated again. The kept
+        tokens' cache was computed beside the removed text, so this approximates an exact prefill
+        (README: Speed). Returns how many leading tokens of `prompt` are now cached."""
+        llm = self._llm
+        cached = llm._input_ids.tolist()
+        spans, kept = removed_spans(cached, prompt)
+        if not spans:
+            return kept
+        for start, end in reversed(spans):  # from the back, so earlier spans keep their positions
+            llm._ctx.kv_cache_seq_rm(0, start, end)
+            llm._ctx.kv_cache_seq_shift(0, end, -1, start - end)
+        llm.input_ids[:kept] = prompt[:kept]
+        llm.n_tokens = kept
+        return kept
+
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
@@ -339,13 +408,12 @@ class LanguageModel:
                 processors = LogitsProcessorList([ban_at_start])
             llm = self._llm
             # llama-cpp-python keeps the longest common prefix with what it evaluated last and
-            # re-evaluates one token when the whole prompt matches, to refresh the logits.
-            reused = 0
-            for old, new in zip(llm._input_ids, prompt):
-                if old != new:
-                    break
-                reused += 1
-            reused = min(reused, len(prompt) - 1)
+            # re-evaluates one token when the whole prompt matches, to refresh the logits. Spans
+            # removed from the middle are taken out of the cache first, if shifting is on.
+            prefix = common_prefix(llm._input_ids.tolist(), prompt)
+            kept = self._shift_cache(prompt) if self.kv_shift else prefix
+            reused = min(max(kept, prefix), len(prompt) - 1)
+            stats.shifted_tokens = max(0, reused - prefix)
             stats.prompt_tokens, stats.cached_tokens = len(prompt), reused
             stats.evaluated_tokens = len(prompt) - reused
             pending = b""

@@ -37,6 +37,7 @@ def test_config_file_from_the_environment(tmp_path):
         ("port = 70000\n", "out of range"),
         ("host = 5\n", "host must be a string"),
         ("port = \n", "not valid TOML"),
+        ("kv_shift = 'sometimes'\n", "kv_shift must be true or false"),
     ],
 )
 def test_bad_files_are_one_line_errors(tmp_path, text, message):
@@ -54,3 +55,11 @@ def test_bad_environment_value_names_the_variable():
 def test_missing_named_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         load_config({}, env={}, config_file=tmp_path / "absent.toml")
+
+
+def test_switches_read_true_and_false_from_every_source(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("kv_shift = false\n")
+    assert load_config({}, env={}, config_file=path).kv_shift is False
+    assert load_config({}, env={"PARLOUR_KV_SHIFT": "off"}, config_file=None).kv_shift is False
+    assert load_config({"kv_shift": "true"}, env={"PARLOUR_KV_SHIFT": "no"}, config_file=path).kv_shift is True

@@ -172,3 +172,42 @@ def test_strict_templates_get_alternating_roles_and_per_message_counts(tiny_llm)
     finally:
         tiny_llm._template = original
         tiny_llm._counts.clear()
+
+
+def test_removed_spans_find_what_was_taken_out_of_the_middle():
+    from models.llm import removed_spans
+
+    old = list(range(100))
+    new = old[:10] + old[30:60] + old[80:] + [500, 501]
+    assert removed_spans(old, new, min_run=8) == ([(10, 30), (60, 80)], 60)
+    assert removed_spans(old, old[:50] + [7] * 20, min_run=8) == ([], 50)  # new text: stop there
+    assert removed_spans(old, old[:10] + old[95:], min_run=8) == ([], 10)  # too short a run to trust
+
+
+def test_a_removed_exchange_keeps_the_cache_of_what_follows_it(llm):
+    research = [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "search", "arguments": '{"query": "tides"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "The tides at Galway rise twice a day. " * 40}]
+    talk = [{"role": "user", "content": "Tell me about the tides."}, *research,
+            {"role": "assistant", "content": "They rise twice a day."},
+            {"role": "user", "content": "My name is Ada and I live in Galway by the sea."},
+            {"role": "assistant", "content": "Nice to meet you, Ada."}]
+    question = {"role": "user", "content": "What is the capital of France?"}
+    llm.stream([SYSTEM, *talk, {"role": "user", "content": "Thanks."}], max_tokens=4, temperature=0).text()
+    without_research = [SYSTEM, talk[0], *talk[3:], question]  # old research goes first (ADR 0140)
+    shifted = llm.stream(without_research, max_tokens=12, temperature=0)
+    answer = shifted.text()
+    stats = shifted.stats
+    prefix_alone = llm.count([SYSTEM, talk[0]]) - llm.prompt_overhead  # where the prompts first differ, about
+    assert stats.shifted_tokens > 40  # the later exchange's cache was kept, not evaluated again
+    assert stats.cached_tokens > prefix_alone + 40
+    assert stats.evaluated_tokens == stats.prompt_tokens - stats.cached_tokens
+    llm.kv_shift = False
+    try:
+        llm.stream([SYSTEM, *talk, {"role": "user", "content": "Thanks."}], max_tokens=4, temperature=0).text()
+        exact = llm.stream(without_research, max_tokens=12, temperature=0)
+        exact_answer = exact.text()
+    finally:
+        llm.kv_shift = True
+    assert exact.stats.shifted_tokens == 0 and exact.stats.cached_tokens < stats.cached_tokens
+    assert "Paris" in answer and "Paris" in exact_answer

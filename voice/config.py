@@ -39,6 +39,7 @@ class Config:
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens
     reply_tokens: int = 256  # the longest reply, kept free in the context
+    kv_shift: bool = True  # keep the model's cache past a removed piece of history, shifted; false: re-evaluate after it
     temperature: float = 0.2  # sampling temperature of replies; 0 always picks the likeliest token
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     host: str = "127.0.0.1"
@@ -93,6 +94,13 @@ def _convert(key: str, value: object, origin: str) -> object:
         if number < low or (high is not None and number > high):
             raise ConfigError(f"{origin}: {key} is out of range: {number} (from {low} to {high or 'any'})")
         return number
+    if kind == "bool":
+        words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+        if isinstance(value, str) and value.strip().lower() in words:  # from the environment or a flag
+            return words[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{origin}: {key} must be true or false, got {value!r}")
+        return value
     if kind == "list[str]":
         if isinstance(value, str):  # from the environment or a flag: comma-separated
             value = [item.strip() for item in value.split(",") if item.strip()]

@@ -36,7 +36,8 @@ def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
     """The model in this process, or with `llm_url` the server's, counted with the tokenizer of
     `llm_model` when one is given (loaded vocabulary-only) and estimated otherwise."""
     if not config.llm_url:
-        return LanguageModel(llm_path(config), context=config.context, threads=config.threads)
+        return LanguageModel(llm_path(config), context=config.context, threads=config.threads,
+                             kv_shift=config.kv_shift)
     tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True) if config.llm_model else None
     remote = RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)
     remote.connect()

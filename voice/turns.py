@@ -107,10 +107,11 @@ class TurnEngine:
         self.budget = context - reply_tokens
         if self.budget <= 0:
             raise ValueError(f"reply_tokens ({reply_tokens}) leaves no room in a {context}-token context")
-        # Once history must go, it goes down to half the budget: a removal re-evaluates everything
-        # after the first removed piece, so removing more at once makes those re-prefills rarer
-        # (scripts/bench_voice.py shows a 4,700-token re-prefill costing about 24 s here).
-        self.low_water = self.budget // 2
+        # A model that shifts its cache past a removed piece pays only for what is new, so fitting
+        # removes only what must go (ADR 0140). Otherwise a removal re-evaluates everything after
+        # the first removed piece, and history goes down to half the budget at once, which makes
+        # those re-prefills rare (a 4,700-token one cost about 24 s here).
+        self.low_water = None if getattr(llm, "kv_shift", False) else self.budget // 2
         self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
         self._model = ModelQueue(max_inflight)
         self._waiting = 0
@@ -305,7 +306,7 @@ class TurnEngine:
             transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{described}"}
         removed, summary = self.store.fit_state(session_id)
         result = fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
-                     low_water=self.low_water - tools_tokens)
+                     low_water=self.low_water - tools_tokens if self.low_water else None)
         self.store.save_removed(session_id, result.removed)
         return result
 
@@ -367,6 +368,7 @@ def _stats_figures(reply: ReplyStream, figures: dict) -> None:
     stats = reply.stats
     figures.update(
         prompt_tokens=stats.prompt_tokens, cached_tokens=stats.cached_tokens,
-        evaluated_tokens=stats.evaluated_tokens, completion_tokens=stats.completion_tokens,
+        evaluated_tokens=stats.evaluated_tokens, shifted_tokens=stats.shifted_tokens,
+        completion_tokens=stats.completion_tokens,
         finish_reason=stats.finish_reason,
     )
