@@ -61,3 +61,25 @@ def test_results_far_weaker_than_the_best_are_left_out(tmp_path):
     found = knowledge.search("How much rain falls in Galway?")
     assert [r.title for r in found] == ["Rain"]
     assert len(knowledge.search("Galway")) == 2  # equally good matches both stay
+
+
+def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_the_bound(llm):
+    from voice.knowledge import SearchResult
+    from voice.research import spoken_evidence
+
+    framing = llm.count_message({"role": "tool", "content": ""})
+    count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
+    tides = SearchResult("/notes/tides.md", "Tides", "# Tides\n\nThe tide tables are printed weekly. "
+                         "Spring tides at Galway reach five metres. Boats moor by the Claddagh. "
+                         "The highest tide at Galway flooded the Spanish Arch in 1987.", -4.0)
+    music = SearchResult("/notes/music.md", "Music", "Trad sessions run nightly in the Quays.", -2.5)
+    kept = spoken_evidence("How high do the tides reach at Galway?", [tides, music], 40, count)
+    assert [r.path for r in kept] == ["/notes/tides.md"]  # the passage sharing no word is left out
+    assert kept[0].text.index("five metres") < kept[0].text.index("1987")  # sentences stay in order
+    assert "Claddagh" not in kept[0].text
+    roomy = spoken_evidence("How high do the tides reach at Galway?", [tides, music], 400, count)
+    assert roomy[0].text.startswith("The tide tables")  # every sentence sharing a word fits
+    unrelated = spoken_evidence("zebra crossings", [tides], 20, count)
+    assert unrelated[0].text.startswith("The tide tables are printed weekly.")  # nothing shared: the opening
+    assert count(kept[0].text) + count("[1] Tides (/notes/tides.md)") <= 40 + 2
+    assert spoken_evidence("tides", [tides], 1, count)[0].text  # the best sentence even over the bound

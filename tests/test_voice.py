@@ -269,3 +269,28 @@ def test_cancel_then_truncate_while_the_reply_streams(server, speech):
     assert stored.status == "interrupted"
     assert len(stored.message["content"]) < len(reply_transcript(events))  # what 0.4 s of audio held
     client.close()
+
+
+def test_a_spoken_turn_gets_the_sentences_that_answer_it_and_a_text_turn_the_passages(make_server, tmp_path, llm):
+    from voice.knowledge import KnowledgeBase
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    filler = " ".join(f"Ferry note {n}: the ferry to Aran leaves from Rossaveal pier in summer." for n in range(40))
+    (docs / "ferries.md").write_text(f"# Ferries of Galway\n\n{filler} The harbour master is Orla Keane. {filler}")
+    KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
+    server = make_server(voice_research_tokens=120)
+    client = Client(server.url())
+    question = "Who is the harbour master?"
+    client.say(question)
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
+    spoken = done(client.until("response.done"))
+    assert spoken["status"] in ANSWERED
+    text = done(client.ask(question, max_tokens=16))
+    assert text["status"] in ANSWERED
+    results = [m for m in server.service.store.messages(client.session_id) if m.message["role"] == "tool"]
+    spoken_result, text_result = (r.message["content"] for r in results)
+    assert "Orla Keane" in spoken_result and "ferries.md" in spoken_result  # the answer, and where it came from
+    assert llm.count_message({"role": "tool", "content": spoken_result}) <= 120 + 30  # the bound, and the closing line
+    assert len(text_result) > 4 * len(spoken_result)  # the text stream keeps the passages
+    client.close()

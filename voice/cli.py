@@ -31,6 +31,8 @@ CONFIG_HELP = {
     "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
     "context": "language model context window in tokens (default: 8192)",
     "reply_tokens": "longest reply in tokens, kept free in the context (default: 256)",
+    "voice_research_tokens": "a spoken turn's search results are cut to the sentences that bear on the question, "
+                             "this many tokens at most (default: 250)",
     "kv_shift": "when old history leaves the prompt, keep the model's cache of what follows it, shifted, "
                 "instead of evaluating it again (default: true)",
     "temperature": "sampling temperature of replies, 0 to 2 (default: 0.2)",

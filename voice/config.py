@@ -49,6 +49,7 @@ class Config:
     data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
     instructions: str = DEFAULT_INSTRUCTIONS  # the system prompt of new sessions
     research: str = "auto"  # auto, model or off
+    voice_research_tokens: int = 250  # a spoken turn's search results, cut to the sentences that bear on the question
     knowledge: str = ""  # the knowledge base `parlour index` builds; empty means DATA_DIR/knowledge.sqlite3
     api_keys: list[str] = field(default_factory=list)  # when set, every connection needs one of them
     max_queue: int = 8  # turns waiting for the model before new ones get server_busy

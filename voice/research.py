@@ -7,14 +7,24 @@
   call is parsed (`models.tool_calls`: every shape small models write), run, stored, and the model
   answers again with the results.
 - `off`: no research.
+
+A spoken answer is two or three sentences, and every token of evidence is prefill the listener
+waits for: a spoken turn's results are cut to the sentences that bear on the question
+(`spoken_evidence`), under `spoken_tokens`, before they are stored. Text turns keep the passages.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
 
 from models.tool_calls import new_call
-from voice.knowledge import NO_RESULTS, KnowledgeBase, format_results
+from voice.knowledge import NO_RESULTS, STOPWORDS, KnowledgeBase, SearchResult, format_results
+from voice.speech import Sentences
 
 SEARCH_TOOL = {
     "type": "function",
@@ -60,16 +70,21 @@ DESCRIBED = {"search": "query"}  # a search asked for in words: 'search ... with
 class Research:
     """The research policy of a service, and the search tool it runs."""
 
-    def __init__(self, policy: str, knowledge: KnowledgeBase | None, results: int = 3):
+    def __init__(self, policy: str, knowledge: KnowledgeBase | None, results: int = 3, spoken_tokens: int = 250,
+                 count: Callable[[str], int] | None = None):
+        """`count` gives a text's tokens (the model's tokenizer); without it, characters / 3."""
         self.policy = policy if knowledge is not None else "off"
         self.knowledge = knowledge
         self.results = results
+        self.spoken_tokens = spoken_tokens
+        self.count = count or (lambda text: math.ceil(len(text) / 3))
 
-    def run(self, calls: list[dict], found_only: bool = False) -> list[dict]:
+    def run(self, calls: list[dict], found_only: bool = False, spoken_question: str | None = None) -> list[dict]:
         """The assistant message holding `calls` and the tool results answering each. With
         `found_only`, calls that found nothing (or name a tool that does not exist) are left out,
-        and [] means none found anything."""
-        answers = [(call, self._answer(call)) for call in calls]
+        and [] means none found anything. For a spoken turn, `spoken_question` is the question the
+        results are cut down to."""
+        answers = [(call, self._answer(call, spoken_question)) for call in calls]
         if found_only:
             answers = [(call, answer) for call, answer in answers if answer is not None]
             if not answers:
@@ -79,17 +94,55 @@ class Research:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer or NO_RESULTS})
         return messages
 
-    def _answer(self, call: dict) -> str | None:
+    def _answer(self, call: dict, spoken_question: str | None) -> str | None:
         """The search results as the model reads them; None when there are none, or when the call
         names a tool that does not exist or has no query (small models invent tools such as `add`)."""
         query = json.loads(call["function"]["arguments"]).get("query")
         if call["function"]["name"] != "search" or not isinstance(query, str) or not query.strip():
             return None
         found = self.knowledge.search(query, self.results) if self.knowledge else []
+        if found and spoken_question is not None:
+            found = spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count)
         return format_results(found) if found else None
 
-    def for_question(self, question: str) -> list[dict]:
+    def for_question(self, question: str, spoken: bool = False) -> list[dict]:
         """The `auto` policy's tool exchange for a question ([] under other policies)."""
         if self.policy != "auto" or not question.strip():
             return []
-        return self.run([new_call("search", {"query": question})])
+        return self.run([new_call("search", {"query": question})], spoken_question=question if spoken else None)
+
+
+def spoken_evidence(question: str, results: list[SearchResult], bound: int,
+                    count: Callable[[str], int]) -> list[SearchResult]:
+    """The passages cut to their sentences that share the most telling words with `question`
+    (rarer words count more), under `bound` tokens with each passage's heading, each passage's
+    sentences kept in their order. Passages with none of them are left out; if no sentence shares a
+    word, the first passage's opening sentences are kept. No generation is needed. `count` gives a
+    text's tokens."""
+    asked = _terms(question)
+    candidates = []  # (passage, position, sentence, its terms)
+    for p, result in enumerate(results):
+        splitter = Sentences(first_clause_words=0)
+        for n, sentence in enumerate([*splitter.feed(result.text + "\n"), splitter.flush()]):
+            if sentence and not sentence.startswith("#"):
+                candidates.append((p, n, sentence, _terms(sentence) & asked))
+    frequency = Counter(term for *_, shared in candidates for term in shared)
+    weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
+    ranked = sorted(candidates, key=lambda c: (-sum(weight[t] for t in c[3]), c[0], c[1]))
+    chosen, used, opened = [], 0, set()
+    for p, n, sentence, shared in ranked:
+        if chosen and not shared:
+            break
+        cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
+        if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
+            chosen.append((p, n, sentence))
+            used += cost
+            opened.add(p)
+    return [replace(result, text=" ".join(sentence for q, _, sentence in sorted(chosen) if q == p))
+            for p, result in enumerate(results) if p in opened]
+
+
+def _terms(text: str) -> set[str]:
+    """Content words, with plural and verb endings taken off so "tides" meets "tide"."""
+    words = (w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in STOPWORDS)
+    return {re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w) for w in words}

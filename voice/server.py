@@ -75,7 +75,9 @@ class Service:
     def __init__(self, config: Config, llm, stt, tts, store: SessionStore, knowledge: KnowledgeBase | None):
         self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
         self.store, self.knowledge = store, knowledge
-        self.research = Research(config.research, knowledge)
+        framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
+        self.research = Research(config.research, knowledge, spoken_tokens=config.voice_research_tokens,
+                                 count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
         remote = isinstance(llm, RemoteLanguageModel)
         # A server's context is what it says one request gets (llama.cpp's /props), else `context`.
         self.engine = TurnEngine(llm, store, self.research, llm.context if remote else config.context,

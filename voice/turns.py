@@ -167,12 +167,13 @@ class TurnEngine:
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
                       max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
-                      ) -> AsyncIterator[TurnEvent]:
+                      spoken: bool = False) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question (or the client's function results), yielding research,
         text deltas, the client's function calls and finally `done`.
 
         `tools` are the client's functions (OpenAI chat tool specs), offered beside `search` under
-        `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}).
+        `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}). A `spoken`
+        turn's research is cut to the sentences that bear on the question (voice.research).
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
@@ -191,13 +192,13 @@ class TurnEngine:
         stored_reply = None
         try:
             research_started = time.perf_counter()
-            exchange = await asyncio.to_thread(self.research.for_question, question) if question else []
+            exchange = await asyncio.to_thread(self.research.for_question, question, spoken) if question else []
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
-                                              tools or [], tool_choice):
+                                              tools or [], tool_choice, question if spoken else None):
                 if event.kind == "calls":
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
@@ -230,7 +231,8 @@ class TurnEngine:
             self._in_background(self._summarize(session_id, fits[-1].history_end))
 
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
-                        row: ReplyRow, tools: list[dict], tool_choice) -> AsyncIterator[TurnEvent]:
+                        row: ReplyRow, tools: list[dict], tool_choice,
+                        spoken_question: str | None) -> AsyncIterator[TurnEvent]:
         """Fit and stream. Under the `model` policy a reply that calls `search` runs it, then answers;
         a reply that calls one of the client's `tools` ends the turn with those calls."""
         unused = ""
@@ -291,7 +293,7 @@ class TurnEngine:
             # does not exist, leaves the prompt as it was, and the next attempt, which may not open
             # with a call, answers from what the model knows (told "no results", the 1.5B model
             # only repeated the call or recited the message).
-            exchange = await asyncio.to_thread(self.research.run, calls, True)
+            exchange = await asyncio.to_thread(self.research.run, calls, True, spoken_question)
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             else:  # the same prompt again: the answer may not open the way this reply did

@@ -186,7 +186,7 @@ class WyomingHandler(AsyncEventHandler):
         await self.write_event(HandledStart(context=context).event())
         said: list[str] = []
         try:
-            async for turn in self.service.engine.respond(session_id, threading.Event()):
+            async for turn in self.service.engine.respond(session_id, threading.Event(), spoken=True):
                 if turn.kind == "delta":
                     said.append(turn.text)
                     await self.write_event(HandledChunk(text=turn.text).event())

@@ -87,7 +87,7 @@ async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str
     text and the figures. A spoken turn passes the `row` it stores its reply through."""
     text, figures = "", {}
     turn = conn.service.engine.respond(conn.session_id, response.cancel, response.instructions, response.max_tokens,
-                                       response.item_id, row, response.tools, response.tool_choice)
+                                       response.item_id, row, response.tools, response.tool_choice, response.audio)
     async with aclosing(turn):
         async for step in turn:
             if step.kind == "research":
