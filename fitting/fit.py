@@ -140,7 +140,11 @@ def fit(
     base_system = entries[parts.head].message if parts.head is not None else None
     if state.total <= budget:
         target = budget
-    kept_summary = _fit_exchanges(state, parts.history, target, generate, summary, summary_tokens, budget)
+    # A stored summary that is reused gets its room with the exchanges: attached without it, it
+    # could be taken off again at once, and each change of the system message is a full re-prefill.
+    reuse_room = _summary_room(state, parts.head, base_system, summary, summary_tokens) if summary else 0
+    kept_summary = _fit_exchanges(state, parts.history, target, generate, summary, summary_tokens, budget,
+                                  reuse_room)
     head_tokens = 0
     if kept_summary is not None:
         head_tokens = _attach_summary(state, parts.head, base_system, kept_summary, summary_tokens)
@@ -203,7 +207,7 @@ def _covered(state: _Fitting, history: list[Exchange], summary: Summary | None) 
 
 def _fit_exchanges(
     state: _Fitting, history: list[Exchange], target: int, generate: Generate | None,
-    given: Summary | None, summary_tokens: int, budget: int,
+    given: Summary | None, summary_tokens: int, budget: int, reuse_room: int = 0,
 ) -> Summary | None:
     """Stage 2: remove the oldest exchanges until the prompt fits; returns the summary to attach."""
     gone = 0
@@ -225,7 +229,7 @@ def _fit_exchanges(
     if generate is not None:
         plans.append((needed(summary_tokens, max(gone, 1 if state.total > target else 0)), "generate"))
     if covered:
-        plans.append((needed(0, max(gone, covered)), "reuse"))
+        plans.append((needed(reuse_room, max(gone, covered)), "reuse"))
     plans.append((needed(0, gone), "drop"))
 
     for k, how in plans:
@@ -275,6 +279,14 @@ def _attach_summary(
             return extra
         text = cut(text, summary_tokens / extra * 0.9)
     return -1
+
+
+def _summary_room(state: _Fitting, head: int | None, base: Message | None, summary: Summary,
+                  summary_tokens: int) -> int:
+    """What attaching `summary` adds to the prompt, at most `summary_tokens` (it is cut to fit that)."""
+    message = with_summary(base, summary.text)
+    extra = state.counter.message(message) - (state.entries[head].tokens if head is not None else 0)
+    return min(max(0, extra), summary_tokens)
 
 
 def _detach_summary(state: _Fitting, head: int | None, base: Message | None, extra: int) -> None:

@@ -55,7 +55,8 @@ def repair(messages: list[Message]) -> tuple[list[Entry], list[int]]:
     """Entries a model can be shown, and the input indices left out.
 
     Left out: tool calls with no result (a crash mid-research) and results with no call; messages
-    before the first question. Later system messages are folded into the first one, since strict
+    before the first question. A call answered by several results (a search that stored one result
+    per passage) keeps them all, in order. Later system messages are folded into the first one, since strict
     chat templates allow only one.
     """
     dropped: list[int] = []
@@ -70,12 +71,12 @@ def repair(messages: list[Message]) -> tuple[list[Entry], list[int]]:
             continue
         if is_call(message):
             wanted = call_ids(message)
-            results: dict[str, int] = {}
+            results: dict[str, list[int]] = {}
             j = i + 1
             while j < len(messages) and messages[j].get("role") == "tool":
                 call_id = messages[j].get("tool_call_id")
-                if call_id in wanted and call_id not in results:
-                    results[call_id] = j
+                if call_id in wanted:
+                    results.setdefault(call_id, []).append(j)
                 else:
                     dropped.append(j)
                 j += 1
@@ -84,7 +85,7 @@ def repair(messages: list[Message]) -> tuple[list[Entry], list[int]]:
                 call = {**message, "tool_calls": answered}
                 entries.append(Entry(call, (i,)))
                 for call_id in call_ids(call):
-                    entries.append(Entry(messages[results[call_id]], (results[call_id],)))
+                    entries.extend(Entry(messages[k], (k,)) for k in results[call_id])
             elif message.get("content"):  # keep what was said, without the unanswered calls
                 entries.append(Entry({"role": "assistant", "content": message["content"]}, (i,)))
             else:

@@ -22,21 +22,24 @@ def check_prompt(messages: list[dict]) -> None:
     body = messages[1:] if messages and messages[0]["role"] == "system" else messages
     assert all(m["role"] != "system" for m in body), "a second system message"
     assert body and body[0]["role"] == "user", "history does not start with a question"
-    open_ids: set[str] = set()
+    open_ids: set[str] = set()  # calls not answered yet
+    call_ids: set[str] = set()  # the calls the results that follow may answer
     previous = None
     for message in body:
         role = message["role"]
         if role == "tool":
-            assert message["tool_call_id"] in open_ids, "a tool result without its call"
+            assert message["tool_call_id"] in call_ids, "a tool result without its call"
             open_ids.discard(message["tool_call_id"])
         else:
             assert not open_ids, f"tool calls without results: {open_ids}"
+            call_ids = set()
             if previous is not None and previous["role"] != "tool":
                 assert role != previous["role"] or (role == "assistant" and previous.get("tool_calls")), (
                     f"two {role} messages in a row"
                 )
             if message.get("tool_calls"):
-                open_ids = {c["id"] for c in message["tool_calls"]}
+                call_ids = {c["id"] for c in message["tool_calls"]}
+                open_ids = set(call_ids)
         previous = message
     assert not open_ids, f"tool calls without results: {open_ids}"
 
@@ -119,6 +122,20 @@ def test_a_result_with_no_call_and_a_half_answered_parallel_call_are_repaired():
     calls = [m for m in fitted.messages if m.get("tool_calls")]
     assert [c["id"] for c in calls[0]["tool_calls"]] == ["a"]
     check_prompt(fitted.messages)
+
+
+def test_a_call_answered_by_several_results_keeps_them_all_and_they_go_together():
+    messages = [
+        SYSTEM, user("Search the notes."), call("a"), result("a", "first passage " * 50),
+        result("a", "second passage " * 50), assistant("Found two."), user("And now?"),
+    ]
+    fitted = fit(messages, budget=1000)
+    assert [s.stage for s in fitted.steps] == []  # nothing repaired away
+    assert "second passage" in kept_texts(fitted.messages)[4]
+    check_prompt(fitted.messages)
+    tight = fit(messages, budget=estimate(messages) - 50)
+    assert [(s.stage, s.removed) for s in tight.steps] == [("research", [2, 3, 4])]
+    check_prompt(tight.messages)
 
 
 def test_parallel_tool_calls_are_removed_whole():
@@ -446,3 +463,17 @@ def test_the_next_turn_keeps_the_guarantees_with_previous_removals_and_summaries
     check_prompt(after.messages)
     if after.summary is not None:
         assert 0 < after.summary.start < after.summary.end <= len(grown)
+
+
+def test_a_reused_summary_gets_its_room_so_it_is_not_attached_and_taken_off_again():
+    from fitting.summary import Summary
+
+    messages = [SYSTEM, user("A" * 300), assistant("B" * 300), user("C" * 300), assistant("D" * 300), user("Q?")]
+    stored = Summary(1, 3, "- The user said A. " * 10)  # covers the first exchange, about 60 tokens
+    budget = estimate([SYSTEM] + messages[3:]) + 20  # fits without the first exchange, not with the summary
+    fitted = fit(messages, budget, summary=stored, previous=[1, 2])
+    assert fitted.summary == stored and fitted.prompt_tokens <= budget
+    assert not any(s.stage == "summary" and s.detail.startswith("removed") for s in fitted.steps)
+    assert "The user said A." in fitted.messages[0]["content"]
+    assert fitted.removed == [1, 2, 3, 4]  # the next exchange made the room
+    check_prompt(fitted.messages)
