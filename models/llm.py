@@ -277,7 +277,9 @@ class LanguageModel:
         return self._render(messages, generation_prompt=True, tools=tools)
 
     def tokens(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
-        text = self.render(messages, tools)
+        return self._text_tokens(self.render(messages, tools))
+
+    def _text_tokens(self, text: str) -> list[int]:
         prefix = [] if self._bos_text and text.startswith(self._bos_text) else self._llm.tokenize(
             b"", add_bos=True, special=True)
         return prefix + self._tokenize(text)
@@ -349,6 +351,28 @@ class LanguageModel:
             self._openers = (np.array([token for token, _ in openers], dtype=np.int64),
                              np.array([token for token, text in openers if text.strip()], dtype=np.int64))
         return self._openers
+
+    def prefill(self, messages: list[Message], tools: list[dict] | None = None,
+                stop: Callable[[], bool] = lambda: False, batch: int = 64) -> int:
+        """Evaluate `messages` as the start of a later prompt, with no reply, so the turn that
+        begins with them finds them cached (the system prompt at start, a resumed session's
+        history). Between batches of `batch` tokens it stops as soon as `stop()` is true. Returns
+        the tokens evaluated."""
+        prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
+        if len(prompt) >= self.context:
+            return 0
+        with self._lock:
+            llm = self._llm
+            prefix = common_prefix(llm._input_ids.tolist(), prompt)
+            kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
+            llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
+            evaluated = 0
+            for start in range(llm.n_tokens, len(prompt), batch):
+                if stop():
+                    break
+                llm.eval(prompt[start:start + batch])
+                evaluated += len(prompt[start:start + batch])
+            return evaluated
 
     def _can_shift(self) -> bool:
         from llama_cpp import llama_memory_can_shift

@@ -342,3 +342,23 @@ def test_the_model_policy_searches_the_notes_only_when_they_answer(make_server, 
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
     assert stored[1]["tool_calls"][0]["id"] == stored[2]["tool_call_id"] and "heron-42" in stored[2]["content"]
     client.close()
+
+def test_the_first_turn_finds_the_system_prompt_and_a_resumed_history_already_evaluated(make_server, llm):
+    instructions = "You are Quillon, who keeps the lighthouse logs of Inis Oirr. Answer in one short line."
+    server = make_server(instructions=instructions)
+    server.idle()  # the service warmed the system prompt of new sessions when it started
+    client = Client(server.url())
+    first = done(client.ask("Hello, who are you?", max_tokens=8))
+    system_tokens = llm.count([{"role": "system", "content": instructions}]) - llm.prompt_overhead
+    assert first["usage"]["input_token_details"]["cached_tokens"] >= system_tokens - 2
+    done(client.ask("My boat is called the Gannet.", max_tokens=8))
+    client.close()
+    other = Client(server.url())
+    done(other.ask("Something else entirely: name a fruit.", max_tokens=4))  # the cache now holds another prompt
+    other.close()
+    resumed = Client(server.url(client.session_id))
+    server.idle()  # resuming evaluated the session's history
+    again = done(resumed.ask("What is my boat called?", max_tokens=8))
+    history = server.service.store.transcript(client.session_id)[:-2]  # before this question and reply
+    assert again["usage"]["input_token_details"]["cached_tokens"] >= llm.count(history) - llm.prompt_overhead - 4
+    resumed.close()

@@ -211,3 +211,14 @@ def test_a_removed_exchange_keeps_the_cache_of_what_follows_it(llm):
         llm.kv_shift = True
     assert exact.stats.shifted_tokens == 0 and exact.stats.cached_tokens < stats.cached_tokens
     assert "Paris" in answer and "Paris" in exact_answer
+
+
+def test_prefill_evaluates_the_start_of_the_next_prompt_and_stops_when_told(llm):
+    system = {"role": "system", "content": "You are Quillon, who keeps lighthouse logs. Answer in one line."}
+    question = [system, {"role": "user", "content": "Who are you?"}]
+    assert llm.prefill([system], stop=lambda: True) == 0  # told to stop before the first batch
+    evaluated = llm.prefill([system])
+    assert evaluated > 10 and llm.prefill([system]) == 0  # already cached: nothing to do
+    reply = llm.stream(question, max_tokens=4, temperature=0)
+    reply.text()
+    assert reply.stats.cached_tokens >= llm.count([system]) - llm.prompt_overhead - 2

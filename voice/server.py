@@ -162,6 +162,8 @@ class Service:
         session_id = (parse_qs(urlsplit(request.path).query).get("session_id") or [""])[0]
         if not session_id:
             session_id = await asyncio.to_thread(self.store.create, self.config.instructions, owner)
+        elif await asyncio.to_thread(self.store.messages, session_id):
+            self.engine.warm(session_id)  # a resumed session: its history is evaluated before its next turn
         connection = Connection(websocket, self, session_id)
         try:
             await connection.run()
@@ -195,6 +197,7 @@ class Service:
                 from voice import wyoming_service
 
                 wyoming = await wyoming_service.start(self, self.config.host, self.config.wyoming_port)
+            self.engine.warm(instructions=self.config.instructions)  # new sessions start with this prompt
             if ready:
                 ready(self.port)
             loop = asyncio.get_running_loop()

@@ -15,13 +15,14 @@ next one, and stored; a turn that needs one that is not ready yet drops instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from fitting import FitResult, Summary, fit
+from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
 from models.remote_llm import RemoteLanguageModel
@@ -64,6 +65,10 @@ class ModelQueue:
             elif future in waiters:
                 waiters.remove(future)
             raise
+
+    def turns_waiting(self) -> bool:
+        """Whether a turn waits for a place (read from any thread: a stale answer only delays)."""
+        return any(not future.done() for future in list(self._turns))
 
     def release(self) -> None:
         for waiters in (self._turns, self._background):
@@ -243,11 +248,7 @@ class TurnEngine:
             search = self.research.policy == "model"
             ask_model = search and attempt == 0
             offered = ([SEARCH_TOOL] if search else []) + client
-            # The same declaration on both attempts keeps the prompt's prefix: native `tools` for
-            # templates that know them, instructions in the system prompt for the others (measured on
-            # Qwen2.5-Coder-1.5B: adding them beside the native declaration made it invent tools).
-            native = offered if offered and self.llm.knows_tools else None
-            described = "" if native or not offered else tool_instructions(search, client)
+            native, described = self._declared(client)
             fit_started = time.perf_counter()
             result = await asyncio.to_thread(self._fit, session_id, instructions, described, native)
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
@@ -298,6 +299,52 @@ class TurnEngine:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             else:  # the same prompt again: the answer may not open the way this reply did
                 unused = scanner.released + scanner.held
+
+    def _declared(self, client: list[dict]) -> tuple[list[dict] | None, str]:
+        """The tools offered (`search` under the `model` policy, and the client's), as a native
+        declaration for templates that know tools, or as instructions for the system prompt. The
+        same on every attempt of a turn, which keeps the prompt's prefix (measured on
+        Qwen2.5-Coder-1.5B: adding instructions beside the native declaration made it invent tools)."""
+        search = self.research.policy == "model"
+        offered = ([SEARCH_TOOL] if search else []) + client
+        native = offered if offered and self.llm.knows_tools else None
+        return native, "" if native or not offered else tool_instructions(search, client)
+
+    # Warming, off the path of the next reply --------------------------------------------------
+    def warm(self, session_id: str | None = None, instructions: str = "") -> None:
+        """Evaluate the prompt the next turn will start with, in the background: a new session's
+        system prompt (`instructions`), or a resumed session's history, fitted as a turn would fit
+        it. It waits behind turns and stops as soon as one waits, so a turn never waits for it; the
+        turn that follows then pays only for itself. Only a model in this process is warmed."""
+        if getattr(self.llm, "prefill", None) is not None:
+            self._in_background(self._warm(session_id, instructions))
+
+    async def _warm(self, session_id: str | None, instructions: str) -> None:
+        await self._model.acquire(background=True)
+        try:
+            await asyncio.to_thread(self._warm_now, session_id, instructions)
+        except FitError:
+            pass  # nothing to warm (a system prompt over the budget is said when a turn comes)
+        except Exception:  # a warm-up only saves time: the turn will say what is wrong
+            logging.getLogger("parlour").exception("warming the prompt failed")
+        finally:
+            self._model.release()
+
+    def _warm_now(self, session_id: str | None, instructions: str) -> None:
+        native, described = self._declared([])
+        if session_id is None:
+            transcript, removed, summary = [{"role": "system", "content": instructions}], [], None
+        else:
+            transcript = self.store.transcript(session_id)
+            removed, summary = self.store.fit_state(session_id)
+        if described:  # as a turn's fit has it (_fit)
+            transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{described}"}
+        stub = {"role": "user", "content": ""}  # the question to come: only what precedes it is evaluated
+        budget = self.budget - self.llm.tools_tokens(native)
+        low_water = self.low_water - self.llm.tools_tokens(native) if self.low_water else None
+        messages = fit(transcript + [stub], budget, self.llm.measure, previous=removed, summary=summary,
+                       low_water=low_water).messages[:-1]
+        self.llm.prefill(messages, native, stop=self._model.turns_waiting)
 
     def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None) -> FitResult:
         tools_tokens = self.llm.tools_tokens(tools)
