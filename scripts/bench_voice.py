@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
-"""Spoken turns through a real server, against the floor of each turn measured in the same run.
+"""A spoken research session through Parlour and through a plain streaming loop, side by side,
+against each turn's floor, all measured in the same run on the same models.
 
-Each turn's question is spoken by Piper (no microphone), sent as push-to-talk audio, and answered
-with research over a generated knowledge base, so the session grows to thousands of tokens. For each
-turn it prints first_audio_ms and its parts as the server reported them, the prompt and cached
-tokens, and the floor: whisper on that clip alone, prefill of only the turn's new tokens, decode of
-the first sentence, and Piper's first sentence, each measured alone (the prefill and decode on a
-second copy of the model, so the server's KV cache is left as it was). Then the medians.
+The knowledge base is a folder of real documents (by default the license texts in
+/usr/share/common-licenses), indexed as `parlour index` does. Each question is spoken by Piper (no
+microphone) and sent to a real Parlour server as push-to-talk audio; first audio is what the client
+sees, from sending the commit to the first audio delta.
 
-Run: .venv/bin/python scripts/bench_voice.py [--turns 12] [--context 8192]
-This prints figures; it asserts nothing about speed.
+The peer is the loop one would write first with the same packages: whisper on the clip, a search
+with the same knowledge base (the same research text Parlour finds), the reply streamed from the
+same model with llama.cpp's prefix cache, its first sentence spoken by Piper at once, and the
+oldest message dropped when the context is full.
+
+The floor of a turn is its parts measured alone: whisper on the clip, prefill of that turn's new
+tokens at that turn's depth, decode of its first sentence, and Piper's first chunk of it.
+
+Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--profile qwen2.5-coder-0.5b] [--research off]
+It prints figures and the goals beside them; it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import statistics
 import sys
 import tempfile
@@ -23,100 +32,194 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.realtime import Client, RunningServer, done  # noqa: E402
+from tests.realtime import Client, RunningServer  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402
+from voice.research import Research  # noqa: E402
 from voice.speech import Sentences  # noqa: E402
 
-TOPICS = ["harbour", "ferries", "weather", "markets", "music", "bridges", "castles", "rivers",
-          "islands", "libraries", "trains", "gardens", "bakeries", "museums", "festivals", "beaches"]
+QUESTIONS = [
+    "What does the GNU General Public License say about warranty?",
+    "Can I sell copies of a program under the GPL?",
+    "What does the Apache license say about patents?",
+    "What must I include when I redistribute Apache licensed work?",
+    "What is the difference between the LGPL and the GPL?",
+    "What does the Mozilla Public License say about source code?",
+    "What does the Artistic License say about modified versions?",
+    "What does the BSD license require in binary form?",
+    "What does Creative Commons Zero do with copyright?",
+    "What does the GNU Free Documentation License say about invariant sections?",
+    "How long does the GPL give to cure a violation?",
+    "What does version three of the GPL say about installation information?",
+    "What does the Apache license say about trademarks?",
+    "Does the LGPL allow linking with proprietary programs?",
+    "What does the GPL say about tivoization and user products?",
+    "What does the Mozilla license say about larger works?",
+]
 
 
-def make_knowledge(folder: Path) -> None:
-    folder.mkdir(parents=True)
-    for topic in TOPICS:
-        paragraphs = [f"# The {topic} of Galway\n"] + [
-            f"Note {n} on the {topic}: the {topic} of Galway were surveyed in {1900 + 7 * n}, "
-            f"and locals still argue about which of the {topic} is the oldest." for n in range(20)]
-        (folder / f"{topic}.md").write_text("\n\n".join(paragraphs))
+def first_sentence(text: str) -> str:
+    sentences = Sentences()
+    return (sentences.feed(text) or [sentences.flush()])[0] or "Hello."
 
 
-def timed(function, *args):
-    started = time.perf_counter()
-    result = function(*args)
-    return result, (time.perf_counter() - started) * 1000
+def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
+    """One push-to-talk turn; first audio as the client sees it."""
+    client.append_audio(clip)
+    sent = time.perf_counter()
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create",
+                 "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
+    first_audio, transcript = None, ""
+    while True:
+        event = client.recv(600)
+        if event["type"] == "response.output_audio.delta" and first_audio is None:
+            first_audio = (time.perf_counter() - sent) * 1000
+        elif event["type"] == "response.output_audio_transcript.delta":
+            transcript += event["delta"]
+        elif event["type"] == "response.done":
+            response = event["response"]
+            break
+    usage, metadata = response.get("usage") or {}, response.get("metadata") or {}
+    return {"first_audio": first_audio or float("nan"), "prompt": usage.get("input_tokens", 0),
+            "cached": usage.get("input_token_details", {}).get("cached_tokens", 0),
+            "new": int(metadata.get("evaluated_tokens", 0)), "first_sentence": first_sentence(transcript),
+            "status": response["status"]}
 
 
-def floor_of(turn: dict, floor_llm, stt, tts, clip: bytes) -> dict:
-    """Each part of a turn's first audio, measured alone."""
-    _, stt_ms = timed(stt.transcribe, clip, 24_000)
-    new_tokens = max(1, turn["evaluated"])
-    # Prefill of only the new tokens: a fresh prompt of that many tokens, from an empty cache.
-    filler = [{"role": "user", "content": "word " * new_tokens}]
-    floor_llm._llm.reset()
-    reply = floor_llm.stream(filler[:1], max_tokens=1)
-    reply.text()
-    prefill_ms = reply.stats.ttft_s * 1000
-    # Decode of the first sentence: as many tokens as it has, after a short prompt.
-    sentence_tokens = len(floor_llm._tokenize(turn["first_sentence"])) or 1
-    reply = floor_llm.stream([{"role": "user", "content": "Tell me a story."}], max_tokens=sentence_tokens)
-    reply.text()
-    decode_ms = (reply.stats.total_s - reply.stats.ttft_s) * 1000
-    started = time.perf_counter()
-    next(iter(tts.synthesize(turn["first_sentence"] or "Hello.")))
-    tts_ms = (time.perf_counter() - started) * 1000
-    return {"stt": stt_ms, "prefill": prefill_ms, "decode": decode_ms, "tts": tts_ms,
-            "total": stt_ms + prefill_ms + decode_ms + tts_ms}
+class PlainLoop:
+    """The peer: whisper, search, the model with its prefix cache, the oldest message dropped when full."""
+
+    def __init__(self, llm, stt, tts, research: Research, instructions: str, budget: int, max_tokens: int):
+        self.llm, self.stt, self.tts, self.research = llm, stt, tts, research
+        self.messages = [{"role": "system", "content": instructions}]
+        self.budget, self.max_tokens = budget, max_tokens
+
+    def turn(self, clip: bytes) -> dict:
+        started = time.perf_counter()
+        question = self.stt.transcribe(clip, 24_000).text
+        self.messages += [{"role": "user", "content": question}, *self.research.for_question(question)]
+        while self.llm.count(self.messages) > self.budget and len(self.messages) > 2:
+            del self.messages[1]
+        reply = self.llm.stream(self.messages, self.max_tokens, temperature=0)
+        sentences, text, first_audio = Sentences(), "", None
+        for piece in reply:
+            text += piece
+            for sentence in sentences.feed(piece):
+                if first_audio is None:
+                    next(iter(self.tts.synthesize(sentence)))
+                    first_audio = (time.perf_counter() - started) * 1000
+        if first_audio is None:
+            next(iter(self.tts.synthesize(sentences.flush() or "Hello.")))
+            first_audio = (time.perf_counter() - started) * 1000
+        self.messages.append({"role": "assistant", "content": text})
+        return {"first_audio": first_audio, "prompt": reply.stats.prompt_tokens, "cached": reply.stats.cached_tokens}
+
+
+class Floor:
+    """Each part of a turn's first audio, measured alone; prefill on a copy of the model whose cache
+    holds filler text of the turn's depth."""
+
+    def __init__(self, llm, stt, tts, filler_text: str):
+        self.llm, self.stt, self.tts = llm, stt, tts
+        self.filler = llm._tokenize(filler_text)
+
+    def model_ms(self, depth: int, new: int, decoded: int) -> tuple[float, float]:
+        """Prefill of `new` tokens after `depth` cached ones, then `decoded` single-token steps."""
+        llm = self.llm._llm
+        new = max(1, new)
+        depth = min(depth, len(self.filler) - new - decoded)
+        with self.llm._lock:
+            llm.n_tokens = min(llm.n_tokens, depth)  # what lies beyond the depth is evaluated again
+            if llm.n_tokens < depth:
+                llm.eval(self.filler[llm.n_tokens:depth])
+            started = time.perf_counter()
+            llm.eval(self.filler[depth:depth + new])
+            prefilled = time.perf_counter()
+            for token in self.filler[depth + new:depth + new + decoded]:
+                llm.eval([token])
+            decoded_at = time.perf_counter()
+            llm.n_tokens = depth + new  # the next turn goes on from the filler, not from these steps
+        return (prefilled - started) * 1000, (decoded_at - prefilled) * 1000
+
+    def measure(self, clip: bytes, depth: int, new: int, sentence: str) -> dict:
+        started = time.perf_counter()
+        self.stt.transcribe(clip, 24_000)
+        stt_ms = (time.perf_counter() - started) * 1000
+        prefill, decode = self.model_ms(depth, new, len(self.llm._tokenize(sentence)) or 1)
+        started = time.perf_counter()
+        next(iter(self.tts.synthesize(sentence)))
+        tts_ms = (time.perf_counter() - started) * 1000
+        return {"stt": stt_ms, "prefill": prefill, "decode": decode, "tts": tts_ms,
+                "total": stt_ms + prefill + decode + tts_ms}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--turns", type=int, default=16)
+    parser.add_argument("--profile", default="", help="language model profile (default: the default profile)")
+    parser.add_argument("--docs", default="/usr/share/common-licenses", help="the knowledge base's documents")
+    parser.add_argument("--research", default="auto", choices=("auto", "off"))
     parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--reply-tokens", type=int, default=96)
+    parser.add_argument("--no-peer", action="store_true", help="Parlour and the floor only")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-bench-"))
-    config = Config(data_dir=str(work / "data"), context=args.context, reply_tokens=96)
-    make_knowledge(work / "docs")
-    KnowledgeBase(config.knowledge_path).index(work / "docs")
-    llm, stt, tts = load_llm(config), load_stt(config), load_tts(config)
-    floor_llm = load_llm(config)
+    config = Config(data_dir=str(work / "data"), context=args.context, reply_tokens=args.reply_tokens,
+                    llm_model=args.profile, research=args.research, temperature=0.0)
+    docs = work / "docs"  # as text files: the license texts have no suffix `parlour index` reads
+    docs.mkdir()
+    texts = [p for p in sorted(Path(args.docs).rglob("*")) if p.is_file()]
+    for path in texts:
+        (docs / f"{path.name}.txt").write_text(path.read_text(errors="replace"))
+    knowledge = KnowledgeBase(config.knowledge_path)
+    knowledge.index(docs)
+    stt, tts = load_stt(config), load_tts(config)
+    llm = load_llm(config)
+    peer_llm = load_llm(dataclasses.replace(config, kv_shift=False))  # llama.cpp's prefix cache alone
+    floor = Floor(load_llm(config), stt, tts, " ".join(p.read_text(errors="replace") for p in texts))
     server = RunningServer(config, llm, stt, tts)
     client = Client(server.url())
+    server.idle()  # the system prompt is warmed at start, as in a real service
+    research = Research(args.research, knowledge if args.research != "off" else None)
+    peer = PlainLoop(peer_llm, stt, tts, research, config.instructions, args.context - args.reply_tokens,
+                     args.reply_tokens)
 
-    header = (f"{'turn':>4} {'first_audio':>11} {'stt':>5} {'fit':>4} {'ttft':>5} {'prompt':>6} {'cached':>6} "
-              f"{'new':>5} | {'floor':>6} {'f.stt':>5} {'f.pre':>6} {'f.dec':>5} {'f.tts':>5} | {'ratio':>5}")
-    print(f"context {args.context}, {args.turns} spoken turns with research; times in ms")
-    print(header)
+    print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research}; ms")
+    print(f"{'turn':>4} {'parlour':>8} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
+          f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
-        topic = TOPICS[n % len(TOPICS)]
-        clip = b"".join(tts.synthesize(f"What do my notes say about the {topic}?"))
-        events = client.speak(clip, max_tokens=96)
-        metadata = done(events)["metadata"]
-        transcript = "".join(e["delta"] for e in events if e["type"] == "response.output_audio_transcript.delta")
-        sentences = Sentences()
-        first = (sentences.feed(transcript) or [sentences.flush()])[0]
-        turn = {key: int(metadata.get(key, 0)) for key in
-                ("first_audio_ms", "stt_ms", "fit_ms", "ttft_ms", "prompt_tokens", "cached_tokens", "evaluated_tokens")}
-        turn["evaluated"], turn["first_sentence"] = turn["evaluated_tokens"], first
+        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)]))
+        ours = parlour_turn(client, clip, args.reply_tokens)
         server.idle()
-        floor = floor_of(turn, floor_llm, stt, tts, clip)
-        ratio = turn["first_audio_ms"] / floor["total"] if floor["total"] else float("nan")
-        rows.append((turn, floor, ratio))
-        print(f"{n + 1:>4} {turn['first_audio_ms']:>11} {turn['stt_ms']:>5} {turn['fit_ms']:>4} {turn['ttft_ms']:>5} "
-              f"{turn['prompt_tokens']:>6} {turn['cached_tokens']:>6} {turn['evaluated_tokens']:>5} | "
-              f"{floor['total']:>6.0f} {floor['stt']:>5.0f} {floor['prefill']:>6.0f} {floor['decode']:>5.0f} "
-              f"{floor['tts']:>5.0f} | {ratio:>5.2f}")
-    median = lambda values: statistics.median(values)
-    print(f"{'med':>4} {median([t['first_audio_ms'] for t, _, _ in rows]):>11.0f} "
-          f"{median([t['stt_ms'] for t, _, _ in rows]):>5.0f} {median([t['fit_ms'] for t, _, _ in rows]):>4.0f} "
-          f"{median([t['ttft_ms'] for t, _, _ in rows]):>5.0f} {median([t['prompt_tokens'] for t, _, _ in rows]):>6.0f} "
-          f"{median([t['cached_tokens'] for t, _, _ in rows]):>6.0f} {median([t['evaluated_tokens'] for t, _, _ in rows]):>5.0f} | "
-          f"{median([f['total'] for _, f, _ in rows]):>6.0f} {median([f['stt'] for _, f, _ in rows]):>5.0f} "
-          f"{median([f['prefill'] for _, f, _ in rows]):>6.0f} {median([f['decode'] for _, f, _ in rows]):>5.0f} "
-          f"{median([f['tts'] for _, f, _ in rows]):>5.0f} | {median([r for _, _, r in rows]):>5.2f}")
+        theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0} if args.no_peer else peer.turn(clip)
+        base = floor.measure(clip, ours["cached"], ours["new"], ours["first_sentence"])
+        rows.append((ours, theirs, base))
+        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
+              f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
+              f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} | "
+              f"{ours['first_audio'] / base['total']:>7.2f}", flush=True)
+
+    ours = [o["first_audio"] for o, _, _ in rows]
+    theirs = [t["first_audio"] for _, t, _ in rows]
+    floors = [b["total"] for _, _, b in rows]
+    median = statistics.median(ours)
+    print(f" med {median:>8.0f} {'':>20} | {statistics.median(theirs):>7.0f} {'':>13} | "
+          f"{statistics.median(floors):>6.0f}")
+    summary = {
+        "median_first_audio_ms": round(median),
+        "peer_median_first_audio_ms": round(statistics.median(theirs)) if not args.no_peer else None,
+        "worst_turn_over_median": round(max(ours) / median, 2),
+        "turns_faster_than_peer": sum(o < t for o, t in zip(ours, theirs)),
+        "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors)),
+        "turns": len(rows),
+        "largest_prompt": max(o["prompt"] for o, _, _ in rows),
+    }
+    print("goals: no turn over 2x the median; faster than the peer on every turn; every turn within 1.5x its floor")
+    print(json.dumps(summary))
     client.close()
     server.stop()
 
