@@ -108,8 +108,11 @@ def fit(
     summary_tokens: int = 256,
     section_tokens: int | None = None,
     max_depth: int = 2,
+    condense_with: Generate | None = None,
 ) -> FitResult:
-    """Fit `messages` (the next model turn's input) into `budget` tokens; see the module docstring."""
+    """Fit `messages` (the next model turn's input) into `budget` tokens; see the module docstring.
+    `generate` writes summaries and section notes; `condense_with`, if given, writes the section
+    notes instead (a service that summarizes in the background passes only this)."""
     if budget <= 0:
         raise FitError(f"the budget must be positive, got {budget}")
     # A summary's room is reserved before it is written: keep that small beside a small budget.
@@ -158,7 +161,7 @@ def fit(
 
     # 3. The current turn's oversized input or evidence.
     if state.total > budget:
-        _condense_current(state, parts.current, budget, generate, section_tokens, max_depth)
+        _condense_current(state, parts.current, budget, condense_with or generate, section_tokens, max_depth)
     if state.total > budget:
         _cut_current(state, parts.current, budget)
     if state.total > budget:

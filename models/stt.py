@@ -57,3 +57,12 @@ class SpeechToText:
             )
             text = " ".join(segment.text.strip() for segment in segments).strip()
         return Transcript(text, time.perf_counter() - started, audio_seconds)
+
+    def has_speech(self, audio: bytes | np.ndarray, sample_rate: int = 24_000) -> bool:
+        """Whether the Silero VAD that filters whisper's input hears speech in `audio`."""
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        samples = resample(as_samples(audio), sample_rate, WHISPER_RATE)
+        if samples.size == 0 or float(np.max(np.abs(samples))) < SILENCE_PEAK:
+            return False
+        return bool(get_speech_timestamps(samples, VadOptions()))

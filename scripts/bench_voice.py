@@ -59,14 +59,20 @@ QUESTIONS = [
 ]
 
 
+RELEASE_MS = 500
+
+
 def first_sentence(text: str) -> str:
     sentences = Sentences()
     return (sentences.feed(text) or [sentences.flush()])[0] or "Hello."
 
 
 def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
-    """One push-to-talk turn; first audio as the client sees it."""
-    client.append_audio(clip)
+    """One push-to-talk turn, the audio sent as a held key sends it (100 ms chunks, in real time);
+    first audio as the client sees it, from the release (the commit)."""
+    for start in range(0, len(clip), 4800):
+        client.append_audio(clip[start:start + 4800])
+        time.sleep(0.1)
     sent = time.perf_counter()
     client.send({"type": "input_audio_buffer.commit"})
     client.send({"type": "response.create",
@@ -83,6 +89,7 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
             break
     usage, metadata = response.get("usage") or {}, response.get("metadata") or {}
     return {"first_audio": first_audio or float("nan"), "prompt": usage.get("input_tokens", 0),
+            "stt": int(metadata.get("stt_ms", 0)), "draft": metadata.get("stt_draft") == "true",
             "cached": usage.get("input_token_details", {}).get("cached_tokens", 0),
             "new": int(metadata.get("evaluated_tokens", 0)), "first_sentence": first_sentence(transcript),
             "status": response["status"]}
@@ -188,17 +195,19 @@ def main() -> None:
                      args.reply_tokens)
 
     print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research}; ms")
-    print(f"{'turn':>4} {'parlour':>8} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
+    print(f"{'turn':>4} {'parlour':>8} {'stt':>5} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
-        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)]))
+        # The key is let go half a second after the last word.
+        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(48 * RELEASE_MS)
         ours = parlour_turn(client, clip, args.reply_tokens)
         server.idle()
         theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0} if args.no_peer else peer.turn(clip)
         base = floor.measure(clip, ours["cached"], ours["new"], ours["first_sentence"])
         rows.append((ours, theirs, base))
-        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
+        stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
+        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {stt:>5} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
               f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
               f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} | "
               f"{ours['first_audio'] / base['total']:>7.2f}", flush=True)
@@ -207,7 +216,7 @@ def main() -> None:
     theirs = [t["first_audio"] for _, t, _ in rows]
     floors = [b["total"] for _, _, b in rows]
     median = statistics.median(ours)
-    print(f" med {median:>8.0f} {'':>20} | {statistics.median(theirs):>7.0f} {'':>13} | "
+    print(f" med {median:>8.0f} {'':>26} | {statistics.median(theirs):>7.0f} {'':>13} | "
           f"{statistics.median(floors):>6.0f}")
     summary = {
         "median_first_audio_ms": round(median),
@@ -216,6 +225,7 @@ def main() -> None:
         "turns_faster_than_peer": sum(o < t for o, t in zip(ours, theirs)),
         "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors)),
         "turns": len(rows),
+        "transcripts_from_drafts": sum(o["draft"] for o, _, _ in rows),
         "largest_prompt": max(o["prompt"] for o, _, _ in rows),
     }
     print("goals: no turn over 2x the median; faster than the peer on every turn; every turn within 1.5x its floor")

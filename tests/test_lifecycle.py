@@ -8,8 +8,8 @@ import json
 import pytest
 
 from voice.realtime.protocol import (CANCELLING, IDLE, LIFECYCLE, REFUSALS, RESPONDING, TRANSCRIBING, AddItem,
-                                     Cancel, DeleteItem, DetectSpeech, RealtimeProtocol, Respond, RetrieveItem,
-                                     SaveInstructions, Send, Transcribe, TruncateItem)
+                                     Cancel, DeleteItem, DetectSpeech, Draft, RealtimeProtocol, Respond, RetrieveItem,
+                                     SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
 
 
 def raw(kind: str, **fields) -> str:
@@ -46,9 +46,9 @@ def fresh() -> RealtimeProtocol:
 
 def transcribing() -> RealtimeProtocol:
     protocol = fresh()
-    protocol.receive(raw("input_audio_buffer.append", audio=speech(500)))
+    protocol.receive(raw("input_audio_buffer.append", audio=speech(400)))  # under a draft's step
     (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
-    assert isinstance(effect, Transcribe) and len(effect.audio) == 500 * 48
+    assert isinstance(effect, Transcribe) and len(effect.audio) == 400 * 48 and effect.draft is None
     assert protocol.state is TRANSCRIBING
     return protocol
 
@@ -259,3 +259,50 @@ def test_retrieve_is_answered_in_any_state():
     for reach in REACH.values():
         protocol = reach()
         assert protocol.receive(raw("conversation.item.retrieve", item_id="x", event_id="e")) == [RetrieveItem("x", "e")]
+
+
+def test_held_audio_is_drafted_in_the_background_and_the_commit_uses_the_draft():
+    protocol = fresh()
+    (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    assert isinstance(draft, TranscribeDraft) and len(draft.audio) == 600 * 48
+    assert protocol.receive(raw("input_audio_buffer.append", audio=speech(600))) == []  # one draft at a time
+    assert protocol.drafted(draft.generation, "What is the", len(draft.audio)) == []
+    (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(100)))  # 700 ms since the draft
+    assert len(again.audio) == 1300 * 48
+    protocol.drafted(again.generation, "What is the time?", len(again.audio))
+    (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
+    assert effect.draft == Draft("What is the time?", 1300 * 48) and len(effect.audio) == 1300 * 48
+
+
+def test_a_commit_waits_for_the_draft_that_is_running():
+    protocol = fresh()
+    (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(900)))
+    assert protocol.receive(raw("input_audio_buffer.commit")) == [] and protocol.state is TRANSCRIBING
+    protocol.receive(raw("input_audio_buffer.append", audio=speech(200)))  # the next question begins
+    (effect,) = protocol.drafted(draft.generation, "Hello there.", len(draft.audio))
+    assert isinstance(effect, Transcribe) and effect.draft == Draft("Hello there.", 900 * 48)
+    assert protocol.draft is None  # the draft was the committed buffer's, not the new one's
+
+
+def test_a_cleared_buffer_forgets_its_draft():
+    protocol = fresh()
+    (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(700)))
+    protocol.receive(raw("input_audio_buffer.clear"))
+    assert protocol.drafted(draft.generation, "Never mind.", len(draft.audio)) == []
+    protocol.receive(raw("input_audio_buffer.append", audio=speech(300)))
+    (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
+    assert effect.draft is None and len(effect.audio) == 300 * 48
+    hands_free_protocol = hands_free()
+    effects = hands_free_protocol.receive(raw("input_audio_buffer.append", audio=speech(2000)))
+    assert kinds(effects) == ["DetectSpeech"]  # hands-free commits after silence: no drafts
+
+
+def test_a_commit_does_not_wait_for_a_draft_of_a_small_part_of_it():
+    protocol = fresh()
+    (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    protocol.drafted(draft.generation, "Tell me", len(draft.audio))
+    (running,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    protocol.receive(raw("input_audio_buffer.append", audio=speech(3000)))  # sent faster than spoken
+    (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
+    assert isinstance(effect, Transcribe) and effect.draft == Draft("Tell me", 600 * 48)
+    assert protocol.drafted(running.generation, None, len(running.audio)) == []  # too late: nothing waits

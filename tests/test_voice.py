@@ -294,3 +294,23 @@ def test_a_spoken_turn_gets_the_sentences_that_answer_it_and_a_text_turn_the_pas
     assert llm.count_message({"role": "tool", "content": spoken_result}) <= 120 + 30  # the bound, and the closing line
     assert len(text_result) > 4 * len(spoken_result)  # the text stream keeps the passages
     client.close()
+
+
+def test_audio_streamed_while_the_key_is_held_is_transcribed_before_release(server, speech, stt):
+    import time
+
+    question = "What is the capital of France?"
+    clip = speech(question) + bytes(48 * 700)  # the key is let go 0.7 s after the last word
+    client = Client(server.url())
+    for start in range(0, len(clip), 4800):  # 100 ms chunks, as a microphone sends them
+        client.append_audio(clip[start:start + 4800])
+        time.sleep(0.1)
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
+    events = client.until("response.done")
+    heard = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert words(heard["transcript"]) == words(stt.transcribe(clip, 24_000).text) == words(question)
+    reply = server.service.store.messages(client.session_id)[-1]
+    assert reply.figures["stt_draft"] is True  # a draft made while the key was held was the transcript
+    assert done(events)["metadata"]["stt_draft"] == "true"
+    client.close()

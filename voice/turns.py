@@ -33,6 +33,7 @@ from voice.store import SessionStore, StoredMessage, new_id
 
 SUMMARY_WORDS = 120
 SUMMARY_REPLY_TOKENS = 200
+SECTION_NOTE_TOKENS = 160  # a section worker's notes on one section of an oversized input
 
 
 class ModelQueue:
@@ -250,7 +251,8 @@ class TurnEngine:
             offered = ([SEARCH_TOOL] if search else []) + client
             native, described = self._declared(client)
             fit_started = time.perf_counter()
-            result = await asyncio.to_thread(self._fit, session_id, instructions, described, native)
+            result = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
+                                             spoken_question is not None)
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
             fits.append(result)
@@ -346,7 +348,15 @@ class TurnEngine:
                        low_water=low_water).messages[:-1]
         self.llm.prefill(messages, native, stop=self._model.turns_waiting)
 
-    def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None) -> FitResult:
+    def _section_notes(self, messages: list[dict]) -> str:
+        """A section worker's notes (fitting stage 3), written by the model the turn already holds."""
+        return self.llm.stream(messages, SECTION_NOTE_TOKENS, 0.0).text()
+
+    def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None,
+             spoken: bool = False) -> FitResult:
+        """The turn's prompt. A text turn whose own input or evidence is over the budget has it
+        condensed by section analysis; a spoken one is cut instead, since its evidence was already
+        sized for speech and the listener should not wait for worker generations."""
         tools_tokens = self.llm.tools_tokens(tools)
         transcript = self.store.transcript(session_id)
         if instructions is not None:
@@ -355,7 +365,8 @@ class TurnEngine:
             transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{described}"}
         removed, summary = self.store.fit_state(session_id)
         result = fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
-                     low_water=self.low_water - tools_tokens if self.low_water else None)
+                     low_water=self.low_water - tools_tokens if self.low_water else None,
+                     condense_with=None if spoken else self._section_notes)
         self.store.save_removed(session_id, result.removed)
         return result
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from models.stt import Transcript
 from voice.realtime import events, items
 from voice.realtime.client_events import BadEvent
 from voice.reply_row import ReplyRow
@@ -18,14 +19,22 @@ from voice.realtime.responses import delta_ids, finish, stream_turn
 from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 
 
+DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
+
+
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-async def transcribe_commit(conn, audio: bytes, item_id: str) -> None:
-    """Transcribe committed audio, store the question, and announce it (commit, item, transcript)."""
+async def transcribe_commit(conn, audio: bytes, item_id: str, draft=None) -> None:
+    """Transcribe committed audio, store the question, and announce it (commit, item, transcript).
+    A `draft` made while the key was held is the transcript if it ended in silence and nothing
+    was said after it; otherwise the whole audio is transcribed."""
     committed_at = time.perf_counter()
-    transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
+    transcript = await asyncio.to_thread(from_draft, conn.service.stt, audio, draft)
+    used_draft = transcript is not None
+    if transcript is None:
+        transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
     if not transcript.text:
         raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
     previous = await asyncio.to_thread(conn.service.store.messages, conn.session_id)
@@ -36,7 +45,18 @@ async def transcribe_commit(conn, audio: bytes, item_id: str) -> None:
         "conversation.item.input_audio_transcription.completed", item_id=item_id, content_index=0,
         transcript=transcript.text, usage={"type": "duration", "seconds": round(transcript.audio_seconds, 3)},
     ))
-    conn.spoken = {"committed_at": committed_at, "stt_ms": _ms(transcript.seconds)}
+    conn.spoken = {"committed_at": committed_at, "stt_ms": _ms(time.perf_counter() - committed_at)
+                   if used_draft else _ms(transcript.seconds), "stt_draft": used_draft}
+
+
+def from_draft(stt, audio: bytes, draft) -> Transcript | None:
+    """The draft as the transcript, if the audio after it and its own last moments are silent."""
+    if draft is None or not draft.text or draft.covered > len(audio):
+        return None
+    started = time.perf_counter()
+    if stt.has_speech(audio[max(0, draft.covered - DRAFT_END_CHECK * BYTES_PER_MS):], 24_000):
+        return None  # speech after the draft, or the draft ended mid-word
+    return Transcript(draft.text, time.perf_counter() - started, len(audio) / (1000 * BYTES_PER_MS))
 
 
 async def speak_reply(conn, response) -> None:

@@ -27,7 +27,7 @@ from voice.realtime import events, items
 from voice.realtime.audio_turn import speak_reply, transcribe_commit
 from voice.realtime.client_events import BadEvent
 from voice.realtime.protocol import (AddItem, Cancel, DeleteItem, DetectSpeech, Effect, RealtimeProtocol, Respond,
-                                     RetrieveItem, SaveInstructions, Send, Transcribe, TruncateItem)
+                                     RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
 from voice.realtime.responses import Response, delta_ids, finish, stream_turn
 from voice.realtime.turn_detection import SpeechDetector
 from voice.turns import NothingToAnswer, ServerBusy
@@ -142,6 +142,8 @@ class Connection:
                 await asyncio.to_thread(store.set_instructions, self.session_id, text)
             case Transcribe():
                 self._start(self._transcribe(effect))
+            case TranscribeDraft():
+                self._start(self._draft(effect))
             case Respond(response):
                 await self._respond(response)
             case Cancel(response):
@@ -165,7 +167,7 @@ class Connection:
     async def _transcribe(self, effect: Transcribe) -> None:
         ok = False
         try:
-            await transcribe_commit(self, effect.audio, effect.item_id)
+            await transcribe_commit(self, effect.audio, effect.item_id, effect.draft)
             ok = True
         except BadEvent as bad:  # nothing heard: said, and the conversation goes on
             await self.send(events.error(str(bad), bad.code))
@@ -175,6 +177,18 @@ class Connection:
                                          "server_error"))
         finally:
             self._report(functools.partial(self.protocol.transcribed, ok))
+
+    async def _draft(self, effect: TranscribeDraft) -> None:
+        """Whisper on the audio so far, unless more events already wait: a client sending audio
+        faster than it is spoken (a file, not a held key) would only find whisper busy at commit."""
+        text = None
+        try:
+            if self.inbox.empty():
+                text = (await asyncio.to_thread(self.service.stt.transcribe, effect.audio, 24_000)).text
+        except Exception:  # a draft only saves time: the commit is transcribed in full instead
+            log.exception("a draft transcription failed")
+        finally:
+            self._report(functools.partial(self.protocol.drafted, effect.generation, text, len(effect.audio)))
 
     async def _respond(self, response: Response) -> None:
         if self.closed:  # asked for before the client left: nobody would hear it

@@ -28,6 +28,11 @@ from voice.speech import AudioBuffer
 from voice.store import new_id
 
 MIN_COMMIT_BYTES = 100 * 48  # 100 ms of PCM16 at 24 kHz: less is nothing anyone could have said
+# While the key is held, the buffer is transcribed again whenever it has grown by this much (and no
+# draft is running), up to whisper's 30 s window: at release, a draft that ends in silence is the
+# transcript, and nothing is left to decode.
+DRAFT_STEP_BYTES = 500 * 48
+DRAFT_MAX_BYTES = 30_000 * 48
 
 
 class State(enum.Enum):
@@ -84,9 +89,26 @@ class SaveInstructions:
 @dataclass(frozen=True)
 class Transcribe:
     """Transcribe committed audio (24 kHz PCM16), store it as the user item `item_id` and announce
-    it; report back with `transcribed(ok)`."""
+    it; report back with `transcribed(ok)`. A `draft` of its start may stand for the transcript if
+    the rest, and the draft's own last moments, hold no speech."""
     audio: bytes
     item_id: str
+    draft: Draft | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What whisper heard in the first `covered` bytes of the input audio buffer."""
+    text: str
+    covered: int
+
+
+@dataclass(frozen=True)
+class TranscribeDraft:
+    """Push-to-talk, key still held: transcribe the buffer so far in the background, and report it
+    with `drafted(generation, text)`."""
+    audio: bytes
+    generation: int
 
 
 @dataclass(frozen=True)
@@ -139,8 +161,8 @@ class DetectSpeech:
     settings: VadSettings
 
 
-Effect = Send | SaveInstructions | Transcribe | Respond | Cancel | AddItem | RetrieveItem | DeleteItem | \
-    TruncateItem | DetectSpeech
+Effect = Send | SaveInstructions | Transcribe | TranscribeDraft | Respond | Cancel | AddItem | RetrieveItem | \
+    DeleteItem | TruncateItem | DetectSpeech
 
 
 class RealtimeProtocol:
@@ -161,6 +183,11 @@ class RealtimeProtocol:
         self.deferred: deque[tuple[str, object]] = deque()
         self.speech_item: str | None = None  # the item the speech being heard will become
         self.respond_after_transcript: Response | None = None
+        self.generation = 0  # of the input audio buffer: a commit or a clear starts the next
+        self.draft: Draft | None = None  # of the buffer's current generation
+        self.drafting: int | None = None  # the generation a running draft belongs to
+        self.drafting_covered = 0  # and how much of the buffer it holds
+        self.waiting_for_draft: tuple | None = None  # a commit whose draft is still running
 
     # What happens ----------------------------------------------------------------------------------
     def opened(self) -> list[Effect]:
@@ -184,6 +211,19 @@ class RealtimeProtocol:
             self.deferred.appendleft(("response.create", follow))
         return self._happen("transcribed")
 
+    def drafted(self, generation: int, text: str | None, covered: int) -> list[Effect]:
+        """A draft finished (`text` None: it failed or was skipped). A commit waiting for it is
+        transcribed now."""
+        self.drafting = None
+        draft = Draft(text, covered) if text else None
+        if self.waiting_for_draft is not None and self.waiting_for_draft[4] == generation:
+            audio, item_id, _follow, older, _generation = self.waiting_for_draft
+            self.waiting_for_draft = None
+            return [Transcribe(audio, item_id, draft or older)]
+        if generation == self.generation and draft is not None:
+            self.draft = draft
+        return []
+
     def response_ended(self) -> list[Effect]:
         """The running response sent its `response.done` (or was refused before it began)."""
         return self._happen("response.ended")
@@ -202,7 +242,7 @@ class RealtimeProtocol:
                 effects.append(Send(events.event("input_audio_buffer.speech_stopped", audio_end_ms=at_ms,
                                                   item_id=self.speech_item)))
                 follow = self._new_response(None) if self.vad.create_response else None
-                effects += self._happen("commit", (self.audio.take(), self.speech_item, follow))
+                effects += self._happen("commit", (*self._take_audio(), self.speech_item, follow))
         if not speaking:  # keep only the padding that goes before speech
             self.audio.keep_last(self.vad.prefix_padding_ms)
         return effects
@@ -236,9 +276,13 @@ class RealtimeProtocol:
         return effects
 
     def _transcribe(self, happening: str, payload: tuple) -> list[Effect]:
-        audio, item_id, follow = payload
+        audio, generation, draft, item_id, follow = payload
         self.respond_after_transcript = follow
-        return [Transcribe(audio, item_id)]
+        if self.drafting == generation and len(audio) - self.drafting_covered <= DRAFT_STEP_BYTES:
+            # A draft of nearly all of it is running: waiting for it may save the whole decode.
+            self.waiting_for_draft = (audio, item_id, follow, draft, generation)
+            return []
+        return [Transcribe(audio, item_id, draft)]
 
     def _respond(self, happening: str, response: Response) -> list[Effect]:
         self.response = response
@@ -274,6 +318,7 @@ class RealtimeProtocol:
         if detection_given:
             self.vad = vad
             self.audio.clear()
+            self._next_generation()
         effects: list[Effect] = []
         if update.instructions is not None:
             self.instructions = update.instructions
@@ -292,18 +337,37 @@ class RealtimeProtocol:
             chunk = self.audio.append(event.audio)
         except AudioError as error:
             raise BadEvent(str(error), "invalid_audio", "audio") from None
-        return [DetectSpeech(chunk, self.vad)] if self.vad is not None else []
+        if self.vad is not None:
+            return [DetectSpeech(chunk, self.vad)]
+        held = len(self.audio.data)
+        if self.drafting is None and held <= DRAFT_MAX_BYTES and held - (
+                self.draft.covered if self.draft else 0) >= DRAFT_STEP_BYTES:
+            self.drafting, self.drafting_covered = self.generation, held
+            return [TranscribeDraft(bytes(self.audio.data), self.generation)]
+        return []
 
     def _on_input_audio_buffer_commit(self, event) -> list[Effect]:
-        audio = self.audio.take()
-        if len(audio) < MIN_COMMIT_BYTES:
-            raise BadEvent(f"the input audio buffer holds {len(audio) // 48} ms of audio; commit at least 100 ms",
+        if len(self.audio.data) < MIN_COMMIT_BYTES:
+            held = len(self.audio.take()) // 48
+            self._next_generation()
+            raise BadEvent(f"the input audio buffer holds {held} ms of audio; commit at least 100 ms",
                            "input_audio_buffer_commit_empty")
-        return self._happen("commit", (audio, new_id("item"), None))
+        return self._happen("commit", (*self._take_audio(), new_id("item"), None))
 
     def _on_input_audio_buffer_clear(self, event) -> list[Effect]:
         self.audio.clear()
+        self._next_generation()
         return [Send(events.event("input_audio_buffer.cleared"))]
+
+    def _take_audio(self) -> tuple[bytes, int, Draft | None]:
+        """The buffer's audio, its generation and its draft; the buffer starts again, empty."""
+        taken = (self.audio.take(), self.generation, self.draft)
+        self._next_generation()
+        return taken
+
+    def _next_generation(self) -> None:
+        self.generation += 1
+        self.draft = None
 
     def _on_output_audio_buffer_clear(self, event) -> list[Effect]:
         raise BadEvent("output_audio_buffer.clear is for WebRTC connections; over a websocket the client holds "
