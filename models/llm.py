@@ -27,6 +27,7 @@ import numpy as np
 from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from models.kv_cache import common_prefix, removed_spans
 from models.tool_calls import MARKERS
 
 Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool_call_id
@@ -165,49 +166,6 @@ def _may_open_a_call(piece: str) -> bool:
     if piece and not start:
         return True
     return bool(start) and any(start.startswith(o) or o.startswith(start) for o in MARKERS)
-
-
-MIN_RUN = 16  # tokens that must match to resume after a removed span (chat markup alone is shorter)
-
-
-def common_prefix(old: list[int], new: list[int]) -> int:
-    length = 0
-    for a, b in zip(old, new):
-        if a != b:
-            break
-        length += 1
-    return length
-
-
-def removed_spans(old: list[int], new: list[int], min_run: int = MIN_RUN) -> tuple[list[tuple[int, int]], int]:
-    """How `new` starts as `old` with spans removed: the spans (`old` positions, start to end) and
-    how many leading tokens of `new` that accounts for. Matching resumes after a span only where at
-    least `min_run` tokens agree; it stops at the first text that is new."""
-    spans: list[tuple[int, int]] = []
-    i = j = 0
-    while i < len(new) and j < len(old):
-        if new[i] == old[j]:
-            i, j = i + 1, j + 1
-            continue
-        window = new[i:i + min_run]
-        resume = _find(old, window, j + 1) if len(window) == min_run else None
-        if resume is None:
-            break
-        spans.append((j, resume))
-        j = resume
-    return spans, i
-
-
-def _find(tokens: list[int], window: list[int], start: int) -> int | None:
-    at = start
-    while True:
-        try:
-            at = tokens.index(window[0], at)
-        except ValueError:
-            return None
-        if tokens[at:at + len(window)] == window:
-            return at
-        at += 1
 
 
 def _raise(message: str) -> None:

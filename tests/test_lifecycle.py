@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from voice.realtime.protocol import (CANCELLING, IDLE, LIFECYCLE, REFUSALS, RESPONDING, TRANSCRIBING, AddItem,
-                                     Cancel, DeleteItem, DetectSpeech, Draft, RealtimeProtocol, Respond, RetrieveItem,
-                                     SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Respond, RetrieveItem,
+                                    SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.protocol import CANCELLING, IDLE, LIFECYCLE, REFUSALS, RESPONDING, TRANSCRIBING, RealtimeProtocol
 
 
 def raw(kind: str, **fields) -> str:

@@ -175,7 +175,7 @@ def test_strict_templates_get_alternating_roles_and_per_message_counts(tiny_llm)
 
 
 def test_removed_spans_find_what_was_taken_out_of_the_middle():
-    from models.llm import removed_spans
+    from models.kv_cache import removed_spans
 
     old = list(range(100))
     new = old[:10] + old[30:60] + old[80:] + [500, 501]

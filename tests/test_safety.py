@@ -13,7 +13,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.realtime import ANSWERED, Client, done
 from voice.hosts import HostCheck
-from voice.turns import ModelQueue
+from voice.model_queue import ModelQueue
 
 HTTP_PATHS = ["/", "/healthz", "/v1/sessions", "/v1/figures", "/v1/realtime"]
 

@@ -26,8 +26,9 @@ from models.remote_llm import ModelServerError
 from voice.realtime import events, items
 from voice.realtime.audio_turn import speak_reply, transcribe_commit
 from voice.realtime.client_events import BadEvent
-from voice.realtime.protocol import (AddItem, Cancel, DeleteItem, DetectSpeech, Effect, RealtimeProtocol, Respond,
-                                     RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Effect, Respond, RetrieveItem,
+                                    SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.responses import Response, delta_ids, finish, stream_turn
 from voice.realtime.turn_detection import SpeechDetector
 from voice.turns import NothingToAnswer, ServerBusy

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass
 
 from models.audio import AudioError
 from voice.realtime import events, options
 from voice.realtime.client_events import BadEvent, parse
+from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Effect, RetrieveItem,
+                                    Respond, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
 from voice.realtime.responses import Response
 from voice.realtime.turn_detection import VadSettings
 from voice.speech import AudioBuffer
@@ -71,98 +72,6 @@ REFUSALS = {
     "response.cancel": ("there is no response in progress to cancel", "response_cancel_not_active"),
     "delete.reply": ("the reply being generated cannot be deleted: cancel the response first", "invalid_value"),
 }
-
-
-# Effects: what the connection is asked to do -----------------------------------------------------
-@dataclass(frozen=True)
-class Send:
-    """Send this server event."""
-    event: dict
-
-
-@dataclass(frozen=True)
-class SaveInstructions:
-    """Store the session's instructions."""
-    text: str
-
-
-@dataclass(frozen=True)
-class Transcribe:
-    """Transcribe committed audio (24 kHz PCM16), store it as the user item `item_id` and announce
-    it; report back with `transcribed(ok)`. A `draft` of its start may stand for the transcript if
-    the rest, and the draft's own last moments, hold no speech."""
-    audio: bytes
-    item_id: str
-    draft: Draft | None = None
-
-
-@dataclass(frozen=True)
-class Draft:
-    """What whisper heard in the first `covered` bytes of the input audio buffer."""
-    text: str
-    covered: int
-
-
-@dataclass(frozen=True)
-class TranscribeDraft:
-    """Push-to-talk, key still held: transcribe the buffer so far in the background, and report it
-    with `drafted(generation, text)`."""
-    audio: bytes
-    generation: int
-
-
-@dataclass(frozen=True)
-class Respond:
-    """Start this response (response.created at once) if there is something to answer; report its
-    end with `response_ended()`, whether it ran or was refused."""
-    response: Response
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """Stop the running response; it ends with `response.done` cancelled, its reply stored as heard."""
-    response: Response
-
-
-@dataclass(frozen=True)
-class AddItem:
-    """Store a conversation item (a chat message) and announce it."""
-    message: dict
-    item_id: str | None
-    after: str | None
-    event_id: str | None
-
-
-@dataclass(frozen=True)
-class RetrieveItem:
-    item_id: str
-    event_id: str | None
-
-
-@dataclass(frozen=True)
-class DeleteItem:
-    item_id: str
-    event_id: str | None
-
-
-@dataclass(frozen=True)
-class TruncateItem:
-    item_id: str
-    content_index: int
-    audio_end_ms: int
-    event_id: str | None
-
-
-@dataclass(frozen=True)
-class DetectSpeech:
-    """Hands-free: run voice activity detection with `settings` over this appended audio, and
-    report what changed with `speech_detected`."""
-    chunk: bytes
-    settings: VadSettings
-
-
-Effect = Send | SaveInstructions | Transcribe | TranscribeDraft | Respond | Cancel | AddItem | RetrieveItem | \
-    DeleteItem | TruncateItem | DetectSpeech
 
 
 class RealtimeProtocol:

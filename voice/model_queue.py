@@ -1,0 +1,51 @@
+"""The queue for the language model: who uses it next."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class ModelQueue:
+    """Who uses the model next: turns in arrival order, then background summaries.
+
+    `capacity` replies run at once: 1 for the model in this process, `max_inflight` for a model
+    server that batches. A turn never waits behind a summary that has not started; a summary that
+    has started runs to its end. `release` hands a place directly to the next waiter, so nobody can
+    slip in between.
+    """
+
+    def __init__(self, capacity: int = 1) -> None:
+        self.capacity = capacity
+        self._holders = 0
+        self._turns: deque[asyncio.Future] = deque()
+        self._background: deque[asyncio.Future] = deque()
+
+    async def acquire(self, background: bool = False) -> None:
+        if self._holders < self.capacity:  # a free place means nobody waits: release hands places over
+            self._holders += 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        waiters = self._background if background else self._turns
+        waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed over just as the waiter left: pass it on
+                self.release()
+            elif future in waiters:
+                waiters.remove(future)
+            raise
+
+    def turns_waiting(self) -> bool:
+        """Whether a turn waits for a place (read from any thread: a stale answer only delays)."""
+        return any(not future.done() for future in list(self._turns))
+
+    def release(self) -> None:
+        for waiters in (self._turns, self._background):
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_result(None)  # the place passes to this waiter
+                    return
+        self._holders -= 1
