@@ -477,3 +477,25 @@ def test_a_reused_summary_gets_its_room_so_it_is_not_attached_and_taken_off_agai
     assert "The user said A." in fitted.messages[0]["content"]
     assert fitted.removed == [1, 2, 3, 4]  # the next exchange made the room
     check_prompt(fitted.messages)
+
+
+def test_the_outland_shaped_session_keeps_its_whole_conversation_when_only_what_must_go_goes():
+    # ADR 0140's session: 13 earlier messages (7,780 characters of conversation) and 30,522 of
+    # search results over six research turns, then a follow-up, on an 8,192-token model.
+    messages = [SYSTEM]
+    for turn in range(6):
+        messages.append(user(f"Question {turn}: " + "q" * 600))
+        messages += [call(f"call_{turn}"), result(f"call_{turn}", "r" * 5_087)]
+        messages.append(assistant(f"Answer {turn}: " + "a" * 600))
+    messages.append(user("And the gateway? " + "q" * 400))
+    messages.append(user("Compare it with the first one."))  # the 14th message: the question now
+    conversation = [i for i, m in enumerate(messages[:-1]) if m["role"] in ("user", "assistant")
+                    and not m.get("tool_calls")]
+    assert len(conversation) == 13
+    budget = 8192 - 256
+    fitted = fit(messages, budget)  # what the service does now that the model shifts its cache
+    assert not set(conversation) & set(fitted.removed)  # 13 of 13 conversation messages kept
+    assert any(m["role"] == "tool" for m in fitted.messages) and fitted.prompt_tokens <= budget
+    kept_research = sum(m["role"] == "tool" for m in fitted.messages)
+    halved = fit(messages, budget, low_water=budget // 2)  # the old low-water mark...
+    assert sum(m["role"] == "tool" for m in halved.messages) < kept_research  # ...threw more research away
