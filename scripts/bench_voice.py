@@ -24,11 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import jiwer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -62,6 +65,11 @@ QUESTIONS = [
 RELEASE_MS = 500
 
 
+def wer(said: list[str], heard: list[str]) -> float:
+    words = lambda text: " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()) or "-"  # noqa: E731
+    return jiwer.wer([words(t) for t in said], [words(t) for t in heard])
+
+
 def first_sentence(text: str) -> str:
     sentences = Sentences()
     return (sentences.feed(text) or [sentences.flush()])[0] or "Hello."
@@ -77,10 +85,12 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
     client.send({"type": "input_audio_buffer.commit"})
     client.send({"type": "response.create",
                  "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
-    first_audio, transcript = None, ""
+    first_audio, transcript, heard = None, "", ""
     while True:
         event = client.recv(600)
-        if event["type"] == "response.output_audio.delta" and first_audio is None:
+        if event["type"] == "conversation.item.input_audio_transcription.completed":
+            heard = event["transcript"]
+        elif event["type"] == "response.output_audio.delta" and first_audio is None:
             first_audio = (time.perf_counter() - sent) * 1000
         elif event["type"] == "response.output_audio_transcript.delta":
             transcript += event["delta"]
@@ -89,7 +99,7 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
             break
     usage, metadata = response.get("usage") or {}, response.get("metadata") or {}
     return {"first_audio": first_audio or float("nan"), "prompt": usage.get("input_tokens", 0),
-            "stt": int(metadata.get("stt_ms", 0)), "draft": metadata.get("stt_draft") == "true",
+            "stt": int(metadata.get("stt_ms", 0)), "draft": metadata.get("stt_draft") == "true", "heard": heard,
             "cached": usage.get("input_token_details", {}).get("cached_tokens", 0),
             "new": int(metadata.get("evaluated_tokens", 0)), "first_sentence": first_sentence(transcript),
             "status": response["status"]}
@@ -121,7 +131,8 @@ class PlainLoop:
             next(iter(self.tts.synthesize(sentences.flush() or "Hello.")))
             first_audio = (time.perf_counter() - started) * 1000
         self.messages.append({"role": "assistant", "content": text})
-        return {"first_audio": first_audio, "prompt": reply.stats.prompt_tokens, "cached": reply.stats.cached_tokens}
+        return {"first_audio": first_audio, "prompt": reply.stats.prompt_tokens, "cached": reply.stats.cached_tokens,
+                "heard": question}
 
 
 class Floor:
@@ -203,7 +214,8 @@ def main() -> None:
         clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(48 * RELEASE_MS)
         ours = parlour_turn(client, clip, args.reply_tokens)
         server.idle()
-        theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0} if args.no_peer else peer.turn(clip)
+        theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0, "heard": ""} if args.no_peer else \
+            peer.turn(clip)
         base = floor.measure(clip, ours["cached"], ours["new"], ours["first_sentence"])
         rows.append((ours, theirs, base))
         stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
@@ -226,6 +238,11 @@ def main() -> None:
         "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors)),
         "turns": len(rows),
         "transcripts_from_drafts": sum(o["draft"] for o, _, _ in rows),
+        # Word error rate of what was heard at the commit: Parlour (drafts included) and the peer
+        # (whisper on the whole clip at the commit), against the questions as written.
+        "wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))], [o["heard"] for o, _, _ in rows]), 3),
+        "peer_wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],
+                              [t["heard"] for _, t, _ in rows]), 3) if not args.no_peer else None,
         "largest_prompt": max(o["prompt"] for o, _, _ in rows),
     }
     print("goals: no turn over 2x the median; faster than the peer on every turn; every turn within 1.5x its floor")
