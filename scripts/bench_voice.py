@@ -163,13 +163,13 @@ class Floor:
 
     def measure(self, clip: bytes, depth: int, new: int, sentence: str) -> dict:
         started = time.perf_counter()
-        self.stt.transcribe(clip, 24_000)
+        heard = self.stt.transcribe(clip, 24_000).text
         stt_ms = (time.perf_counter() - started) * 1000
         prefill, decode = self.model_ms(depth, new, len(self.llm._tokenize(sentence)) or 1)
         started = time.perf_counter()
         next(iter(self.tts.synthesize(sentence)))
         tts_ms = (time.perf_counter() - started) * 1000
-        return {"stt": stt_ms, "prefill": prefill, "decode": decode, "tts": tts_ms,
+        return {"stt": stt_ms, "prefill": prefill, "decode": decode, "tts": tts_ms, "heard": heard,
                 "total": stt_ms + prefill + decode + tts_ms}
 
 
@@ -243,6 +243,8 @@ def main() -> None:
         "wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))], [o["heard"] for o, _, _ in rows]), 3),
         "peer_wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],
                               [t["heard"] for _, t, _ in rows]), 3) if not args.no_peer else None,
+        "whole_clip_wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],
+                                    [b["heard"] for _, _, b in rows]), 3),
         "largest_prompt": max(o["prompt"] for o, _, _ in rows),
     }
     print("goals: no turn over 2x the median; faster than the peer on every turn; every turn within 1.5x its floor")
