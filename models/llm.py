@@ -400,34 +400,45 @@ class LanguageModel:
             stats.evaluated_tokens = len(prompt) - reused
             pending = b""
             stats.finish_reason = "length"
-            tokens = llm.generate(
-                prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=self.repeat_penalty,
-                reset=True, logits_processor=processors,
-            )
-            try:
-                for token in tokens:
-                    if reply.cancelled:
-                        stats.finish_reason = "cancelled"
-                        break
-                    if not stats.completion_tokens:
-                        stats.ttft_s = time.perf_counter() - started
-                    if llama_vocab_is_eog(llm._model.vocab, token):
-                        stats.finish_reason = "stop"
-                        break
-                    stats.completion_tokens += 1
-                    pending += llm.detokenize([token])
-                    try:
-                        piece = pending.decode("utf-8")
-                    except UnicodeDecodeError:
-                        if len(pending) < 4:  # an incomplete multi-byte character: wait for the rest
-                            continue
-                        piece = pending.decode("utf-8", "replace")
-                    pending = b""
-                    if piece:
-                        yield piece
-                    if stats.completion_tokens >= max_tokens:
-                        break
-            finally:
-                tokens.close()
-                stats.total_s = time.perf_counter() - started
+            for shifted in ([True, False] if stats.shifted_tokens else [False]):
+                if not shifted and stats.shifted_tokens:
+                    # The shifted cache made the reply end before it began, which an exact prefill
+                    # rarely does (scripts/bench_kv_shift.py): evaluate after the prefix exactly.
+                    llm.n_tokens = prefix
+                    stats.shifted_tokens, stats.cached_tokens = 0, min(prefix, len(prompt) - 1)
+                    stats.evaluated_tokens = len(prompt) - stats.cached_tokens
+                tokens = llm.generate(
+                    prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=self.repeat_penalty,
+                    reset=True, logits_processor=processors,
+                )
+                empty = False
+                try:
+                    for token in tokens:
+                        if reply.cancelled:
+                            stats.finish_reason = "cancelled"
+                            break
+                        if not stats.completion_tokens:
+                            stats.ttft_s = time.perf_counter() - started
+                        if llama_vocab_is_eog(llm._model.vocab, token):
+                            empty = shifted and not stats.completion_tokens
+                            stats.finish_reason = "stop"
+                            break
+                        stats.completion_tokens += 1
+                        pending += llm.detokenize([token])
+                        try:
+                            piece = pending.decode("utf-8")
+                        except UnicodeDecodeError:
+                            if len(pending) < 4:  # an incomplete multi-byte character: wait for the rest
+                                continue
+                            piece = pending.decode("utf-8", "replace")
+                        pending = b""
+                        if piece:
+                            yield piece
+                        if stats.completion_tokens >= max_tokens:
+                            break
+                finally:
+                    tokens.close()
+                    stats.total_s = time.perf_counter() - started
+                if not empty:
+                    break
 

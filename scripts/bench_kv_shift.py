@@ -31,8 +31,9 @@ from bench_voice import QUESTIONS  # noqa: E402
 REMOVALS = ("oldest research", "two researches", "oldest exchange")
 
 
-def conversation(docs: Path, turns: int, research_chars: int) -> list[list[dict]]:
-    """Exchanges: a question, a search and its result (a stretch of a license text), a short answer."""
+def conversation(llm, system: dict, docs: Path, turns: int, research_chars: int) -> list[list[dict]]:
+    """Exchanges: a question, a search and its result (a stretch of a license text), and the
+    model's own answer (greedy, at most 48 tokens)."""
     texts = [p.read_text(errors="replace") for p in sorted(docs.iterdir()) if p.is_file()]
     exchanges = []
     for n in range(turns):
@@ -40,12 +41,13 @@ def conversation(docs: Path, turns: int, research_chars: int) -> list[list[dict]
         call = new_call("search", {"query": question})
         text = texts[n % len(texts)]
         start = (n * 997) % max(1, len(text) - research_chars)
-        exchanges.append([
+        exchange = [
             {"role": "user", "content": question},
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call["id"], "content": text[start:start + research_chars]},
-            {"role": "assistant", "content": "The notes cover that in the section quoted above."},
-        ])
+        ]
+        reply = llm.stream(flatten(system, exchanges) + exchange, max_tokens=48, temperature=0).text().strip()
+        exchanges.append(exchange + [{"role": "assistant", "content": reply or "I could not find that."}])
     return exchanges
 
 
@@ -61,6 +63,8 @@ def without(exchanges: list[list[dict]], removal: str) -> list[list[dict]]:
 
 
 def answer(llm, messages: list[dict], tokens: int) -> tuple[list[str], float, int]:
+    """The reply's pieces, its time to the first token, and the tokens kept by shifting (0 when
+    the shifted cache gave an empty reply and the prompt was evaluated exactly instead)."""
     reply = llm.stream(messages, max_tokens=tokens, temperature=0)
     pieces = list(reply)
     return pieces, reply.stats.ttft_s * 1000, reply.stats.shifted_tokens
@@ -77,7 +81,7 @@ def main() -> None:
 
     llm = load_llm(Config(llm_model=args.profile))
     system = {"role": "system", "content": DEFAULT_INSTRUCTIONS}
-    exchanges = conversation(Path(args.docs), args.trials + 2, args.research_chars)
+    exchanges = conversation(llm, system, Path(args.docs), args.trials + 2, args.research_chars)
     print(f"{llm.name}: {args.trials} removals, greedy replies of {args.reply_tokens} tokens; ms")
     print(f"{'trial':>5} {'removed':<16} {'prompt':>6} {'shifted':>7} | {'shift ms':>8} {'exact ms':>8} | "
           f"{'first':>5} {'reply':>5}")
@@ -102,6 +106,9 @@ def main() -> None:
         exact_times.append(exact_ms)
         print(f"{trial + 1:>5} {removal:<16} {llm.count(after):>6} {kept:>7} | {shift_ms:>8.0f} {exact_ms:>8.0f} | "
               f"{'same' if first else 'diff':>5} {'same' if whole else 'diff':>5}", flush=True)
+        if not whole:
+            print(f"      shifted: {''.join(shifted)!r}\n      exact:   {''.join(exact)!r}")
+    print("(shifted 0: the shifted cache gave an empty reply, so the prompt was evaluated exactly)")
     print(f"first token the same in {same_first} of {args.trials}, whole reply the same in {same_reply} of "
           f"{args.trials}; median time to first token {statistics.median(shift_times):.0f} ms shifted, "
           f"{statistics.median(exact_times):.0f} ms exact")
