@@ -192,6 +192,7 @@ class LanguageModel:
             seed=seed, verbose=False, vocab_only=vocab_only,
         )
         self.kv_shift = kv_shift and not vocab_only and self._can_shift()
+        self._exact = 0  # how many leading cached tokens were evaluated exactly (not kept by a shift)
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")
         if not source:
@@ -311,26 +312,40 @@ class LanguageModel:
         return self._openers
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None,
-                stop: Callable[[], bool] = lambda: False, batch: int = 64) -> int:
+                stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False) -> int:
         """Evaluate `messages` as the start of a later prompt, with no reply, so the turn that
         begins with them finds them cached (the system prompt at start, a resumed session's
-        history). Between batches of `batch` tokens it stops as soon as `stop()` is true. Returns
-        the tokens evaluated."""
+        history). With `exact`, what a shift kept is evaluated again, so the next reply reads an
+        exact cache. Between batches of `batch` tokens it stops as soon as `stop()` is true.
+        Returns the tokens evaluated."""
         prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
         if len(prompt) >= self.context:
             return 0
         with self._lock:
             llm = self._llm
             prefix = common_prefix(llm._input_ids.tolist(), prompt)
-            kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
+            if exact:
+                kept = min(prefix, self._exact)
+            else:
+                kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
             llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
             evaluated = 0
             for start in range(llm.n_tokens, len(prompt), batch):
                 if stop():
                     break
-                llm.eval(prompt[start:start + batch])
+                self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
                 evaluated += len(prompt[start:start + batch])
             return evaluated
+
+    def _evaluate_from(self, position: int, evaluate: Callable[[], object]) -> object:
+        """Run `evaluate`, which extends the cache from `position`: the cache stays exact as far as
+        it was exact up to there."""
+        exact = position <= self._exact
+        try:
+            return evaluate()
+        finally:
+            if exact:
+                self._exact = self._llm.n_tokens
 
     def _can_shift(self) -> bool:
         from llama_cpp import llama_memory_can_shift
@@ -348,6 +363,7 @@ class LanguageModel:
         spans, kept = removed_spans(cached, prompt)
         if not spans:
             return kept
+        self._exact = min(self._exact, spans[0][0])  # what follows the first span is approximate now
         for start, end in reversed(spans):  # from the back, so earlier spans keep their positions
             llm._ctx.kv_cache_seq_rm(0, start, end)
             llm._ctx.kv_cache_seq_shift(0, end, -1, start - end)
@@ -407,6 +423,7 @@ class LanguageModel:
                     llm.n_tokens = prefix
                     stats.shifted_tokens, stats.cached_tokens = 0, min(prefix, len(prompt) - 1)
                     stats.evaluated_tokens = len(prompt) - stats.cached_tokens
+                exact = stats.cached_tokens <= self._exact  # evaluated after an exact cache
                 tokens = llm.generate(
                     prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=self.repeat_penalty,
                     reset=True, logits_processor=processors,
@@ -439,6 +456,8 @@ class LanguageModel:
                 finally:
                     tokens.close()
                     stats.total_s = time.perf_counter() - started
+                    if exact:
+                        self._exact = llm.n_tokens
                 if not empty:
                     break
 

@@ -213,6 +213,28 @@ def test_a_removed_exchange_keeps_the_cache_of_what_follows_it(llm):
     assert "Paris" in answer and "Paris" in exact_answer
 
 
+def test_an_exact_prefill_replaces_what_a_shift_kept(llm):
+    research = [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_9", "type": "function", "function": {
+        "name": "search", "arguments": '{"query": "ferries"}'}}]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "The Aran ferry leaves Rossaveal at ten. " * 40}]
+    talk = [{"role": "user", "content": "When does the ferry leave?"}, *research,
+            {"role": "assistant", "content": "At ten, from Rossaveal."},
+            {"role": "user", "content": "I keep a red kayak called Puffin at the pier in Spiddal."},
+            {"role": "assistant", "content": "A fine name for a kayak."}]
+    llm.stream([SYSTEM, *talk, {"role": "user", "content": "Thanks."}], max_tokens=2, temperature=0).text()
+    history = [SYSTEM, talk[0], *talk[3:]]  # the research went
+    shifted = llm.stream(history + [{"role": "user", "content": "What is my kayak called?"}], max_tokens=2,
+                         temperature=0)
+    shifted.text()
+    assert shifted.stats.shifted_tokens > 20
+    assert llm.prefill(history, exact=True) >= shifted.stats.shifted_tokens - 4  # what the shift kept, again (not the next turn's opening)
+    assert llm.prefill(history, exact=True) == 0  # exact now: nothing left to redo
+    after = llm.stream(history + [{"role": "user", "content": "What is my kayak called?"}], max_tokens=8,
+                       temperature=0)
+    assert "Puffin" in after.text() and after.stats.shifted_tokens == 0
+    assert after.stats.cached_tokens >= llm.count(history) - llm.prompt_overhead - 2
+
+
 def test_prefill_evaluates_the_start_of_the_next_prompt_and_stops_when_told(llm):
     system = {"role": "system", "content": "You are Quillon, who keeps lighthouse logs. Answer in one line."}
     question = [system, {"role": "user", "content": "Who are you?"}]

@@ -187,6 +187,8 @@ class TurnEngine:
         finally:
             self._model.release()
         self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
+        if figures.get("shifted_tokens"):  # the reply read a shifted cache: make it exact for the next
+            self.warm(session_id, exact=True)
         yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
         if figures.get("dropped"):
             self._in_background(self._summarize(session_id, fits[-1].history_end))
@@ -268,18 +270,20 @@ class TurnEngine:
         return native, "" if native or not offered else tool_instructions(search, client)
 
     # Warming, off the path of the next reply --------------------------------------------------
-    def warm(self, session_id: str | None = None, instructions: str = "") -> None:
+    def warm(self, session_id: str | None = None, instructions: str = "", exact: bool = False) -> None:
         """Evaluate the prompt the next turn will start with, in the background: a new session's
         system prompt (`instructions`), or a resumed session's history, fitted as a turn would fit
         it. It waits behind turns and stops as soon as one waits, so a turn never waits for it; the
-        turn that follows then pays only for itself. Only a model in this process is warmed."""
+        turn that follows then pays only for itself. With `exact`, what a KV shift kept is
+        evaluated again, so the shift's approximation lasts one reply. Only a model in this process
+        is warmed."""
         if getattr(self.llm, "prefill", None) is not None:
-            self._in_background(self._warm(session_id, instructions))
+            self._in_background(self._warm(session_id, instructions, exact))
 
-    async def _warm(self, session_id: str | None, instructions: str) -> None:
+    async def _warm(self, session_id: str | None, instructions: str, exact: bool = False) -> None:
         await self._model.acquire(background=True)
         try:
-            await asyncio.to_thread(self._warm_now, session_id, instructions)
+            await asyncio.to_thread(self._warm_now, session_id, instructions, exact)
         except FitError:
             pass  # nothing to warm (a system prompt over the budget is said when a turn comes)
         except Exception:  # a warm-up only saves time: the turn will say what is wrong
@@ -287,7 +291,7 @@ class TurnEngine:
         finally:
             self._model.release()
 
-    def _warm_now(self, session_id: str | None, instructions: str) -> None:
+    def _warm_now(self, session_id: str | None, instructions: str, exact: bool = False) -> None:
         native, described = self._declared([])
         if session_id is None:
             transcript, removed, summary = [{"role": "system", "content": instructions}], [], None
@@ -301,7 +305,7 @@ class TurnEngine:
         low_water = self.low_water - self.llm.tools_tokens(native) if self.low_water else None
         messages = fit(transcript + [stub], budget, self.llm.measure, previous=removed, summary=summary,
                        low_water=low_water).messages[:-1]
-        self.llm.prefill(messages, native, stop=self._model.turns_waiting)
+        self.llm.prefill(messages, native, stop=self._model.turns_waiting, exact=exact)
 
     def _section_notes(self, messages: list[dict]) -> str:
         """A section worker's notes (fitting stage 3), written by the model the turn already holds."""
