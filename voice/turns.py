@@ -203,10 +203,8 @@ class TurnEngine:
             t for t in tools if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice.get("name")]
         client_names = {t["function"]["name"] for t in client}
         for attempt in range(2):
-            search = self.research.policy == "model"
-            ask_model = search and attempt == 0
-            offered = ([SEARCH_TOOL] if search else []) + client
-            native, described = self._declared(client)
+            ask_model = self.research.policy == "model" and attempt == 0
+            offered, native, described = self._declared(client)
             fit_started = time.perf_counter()
             result = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
                                              spoken_question is not None)
@@ -259,15 +257,15 @@ class TurnEngine:
             else:  # the same prompt again: the answer may not open the way this reply did
                 unused = scanner.released + scanner.held
 
-    def _declared(self, client: list[dict]) -> tuple[list[dict] | None, str]:
-        """The tools offered (`search` under the `model` policy, and the client's), as a native
-        declaration for templates that know tools, or as instructions for the system prompt. The
+    def _declared(self, client: list[dict]) -> tuple[list[dict], list[dict] | None, str]:
+        """The tools offered (`search` under the `model` policy, and the client's), and how: as a
+        native declaration for templates that know tools, or as instructions for the system prompt. The
         same on every attempt of a turn, which keeps the prompt's prefix (measured on
         Qwen2.5-Coder-1.5B: adding instructions beside the native declaration made it invent tools)."""
         search = self.research.policy == "model"
         offered = ([SEARCH_TOOL] if search else []) + client
         native = offered if offered and self.llm.knows_tools else None
-        return native, "" if native or not offered else tool_instructions(search, client)
+        return offered, native, "" if native or not offered else tool_instructions(search, client)
 
     # Warming, off the path of the next reply --------------------------------------------------
     def warm(self, session_id: str | None = None, instructions: str = "", exact: bool = False) -> None:
@@ -292,42 +290,43 @@ class TurnEngine:
             self._model.release()
 
     def _warm_now(self, session_id: str | None, instructions: str, exact: bool = False) -> None:
-        native, described = self._declared([])
+        _offered, native, described = self._declared([])
         if session_id is None:
             transcript, removed, summary = [{"role": "system", "content": instructions}], [], None
         else:
             transcript = self.store.transcript(session_id)
             removed, summary = self.store.fit_state(session_id)
-        if described:  # as a turn's fit has it (_fit)
-            transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{described}"}
         stub = {"role": "user", "content": ""}  # the question to come: only what precedes it is evaluated
-        budget = self.budget - self.llm.tools_tokens(native)
-        low_water = self.low_water - self.llm.tools_tokens(native) if self.low_water else None
-        messages = fit(transcript + [stub], budget, self.llm.measure, previous=removed, summary=summary,
-                       low_water=low_water).messages[:-1]
-        self.llm.prefill(messages, native, stop=self._model.turns_waiting, exact=exact)
+        fitted = self._fit_prompt(transcript + [stub], removed, summary, described, native, condense_with=None)
+        self.llm.prefill(fitted.messages[:-1], native, stop=self._model.turns_waiting, exact=exact)
 
     def _section_notes(self, messages: list[dict]) -> str:
         """A section worker's notes (fitting stage 3), written by the model the turn already holds."""
-        return self.llm.stream(messages, SECTION_NOTE_TOKENS, 0.0).text()
+        return self.llm.complete(messages, SECTION_NOTE_TOKENS, 0.0)
 
     def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None,
              spoken: bool = False) -> FitResult:
         """The turn's prompt. A text turn whose own input or evidence is over the budget has it
         condensed by section analysis; a spoken one is cut instead, since its evidence was already
         sized for speech and the listener should not wait for worker generations."""
-        tools_tokens = self.llm.tools_tokens(tools)
         transcript = self.store.transcript(session_id)
         if instructions is not None:
             transcript[0] = {"role": "system", "content": instructions}
-        if described:
-            transcript[0] = {"role": "system", "content": f"{transcript[0]['content']}\n\n{described}"}
         removed, summary = self.store.fit_state(session_id)
-        result = fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
-                     low_water=self.low_water - tools_tokens if self.low_water else None,
-                     condense_with=None if spoken else self._section_notes)
+        result = self._fit_prompt(transcript, removed, summary, described, tools,
+                                  condense_with=None if spoken else self._section_notes)
         self.store.save_removed(session_id, result.removed)
         return result
+
+    def _fit_prompt(self, transcript: list[dict], removed: list[int], summary: Summary | None, described: str,
+                    tools: list[dict] | None, condense_with) -> FitResult:
+        """Fit a transcript as a turn does: tools described in the system prompt or declared
+        (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
+        if described:
+            transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{described}"}
+        tools_tokens = self.llm.tools_tokens(tools)
+        return fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
+                   low_water=self.low_water - tools_tokens if self.low_water else None, condense_with=condense_with)
 
     # Summaries, off the path of the next reply -------------------------------------------------
     def _in_background(self, coroutine) -> None:

@@ -125,8 +125,8 @@ class RealtimeProtocol:
         transcribed now."""
         self.drafting = None
         draft = Draft(text, covered) if text else None
-        if self.waiting_for_draft is not None and self.waiting_for_draft[4] == generation:
-            audio, item_id, _follow, older, _generation = self.waiting_for_draft
+        if self.waiting_for_draft is not None and self.waiting_for_draft[3] == generation:
+            audio, item_id, older, _generation = self.waiting_for_draft
             self.waiting_for_draft = None
             return [Transcribe(audio, item_id, draft or older)]
         if generation == self.generation and draft is not None:
@@ -189,7 +189,7 @@ class RealtimeProtocol:
         self.respond_after_transcript = follow
         if self.drafting == generation and len(audio) - self.drafting_covered <= DRAFT_STEP_BYTES:
             # A draft of nearly all of it is running: waiting for it may save the whole decode.
-            self.waiting_for_draft = (audio, item_id, follow, draft, generation)
+            self.waiting_for_draft = (audio, item_id, draft, generation)
             return []
         return [Transcribe(audio, item_id, draft)]
 
