@@ -22,6 +22,7 @@ It prints figures and the goals beside them; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import json
 import re
@@ -86,12 +87,17 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
     client.send({"type": "response.create",
                  "response": {"output_modalities": ["audio"], "max_output_tokens": max_tokens}})
     first_audio, transcript, heard = None, "", ""
+    played_to, gaps = 0.0, 0.0  # where playback of the audio so far ends; the silences it waited through
     while True:
         event = client.recv(600)
         if event["type"] == "conversation.item.input_audio_transcription.completed":
             heard = event["transcript"]
-        elif event["type"] == "response.output_audio.delta" and first_audio is None:
-            first_audio = (time.perf_counter() - sent) * 1000
+        elif event["type"] == "response.output_audio.delta":
+            arrived = (time.perf_counter() - sent) * 1000
+            if first_audio is None:
+                first_audio = played_to = arrived
+            gaps += max(0.0, arrived - played_to)
+            played_to = max(played_to, arrived) + len(base64.b64decode(event["delta"])) / 48
         elif event["type"] == "response.output_audio_transcript.delta":
             transcript += event["delta"]
         elif event["type"] == "response.done":
@@ -99,6 +105,7 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
             break
     usage, metadata = response.get("usage") or {}, response.get("metadata") or {}
     return {"first_audio": first_audio or float("nan"), "prompt": usage.get("input_tokens", 0),
+            "gaps": gaps, "research_fit": int(metadata.get("research_ms", 0)) + int(metadata.get("fit_ms", 0)),
             "stt": int(metadata.get("stt_ms", 0)), "draft": metadata.get("stt_draft") == "true", "heard": heard,
             "cached": usage.get("input_token_details", {}).get("cached_tokens", 0),
             "new": int(metadata.get("evaluated_tokens", 0)), "first_sentence": first_sentence(transcript),
@@ -206,7 +213,7 @@ def main() -> None:
                      args.reply_tokens)
 
     print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research}; ms")
-    print(f"{'turn':>4} {'parlour':>8} {'stt':>5} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
+    print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
@@ -219,7 +226,7 @@ def main() -> None:
         base = floor.measure(clip, ours["cached"], ours["new"], ours["first_sentence"])
         rows.append((ours, theirs, base))
         stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
-        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {stt:>5} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
+        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['gaps']:>5.0f} {stt:>5} {ours['research_fit']:>4} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
               f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
               f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} | "
               f"{ours['first_audio'] / base['total']:>7.2f}", flush=True)
@@ -228,7 +235,7 @@ def main() -> None:
     theirs = [t["first_audio"] for _, t, _ in rows]
     floors = [b["total"] for _, _, b in rows]
     median = statistics.median(ours)
-    print(f" med {median:>8.0f} {'':>26} | {statistics.median(theirs):>7.0f} {'':>13} | "
+    print(f" med {median:>8.0f} {statistics.median(o['gaps'] for o, _, _ in rows):>5.0f} {'':>31} | {statistics.median(theirs):>7.0f} {'':>13} | "
           f"{statistics.median(floors):>6.0f}")
     summary = {
         "median_first_audio_ms": round(median),
@@ -236,6 +243,8 @@ def main() -> None:
         "worst_turn_over_median": round(max(ours) / median, 2),
         "turns_faster_than_peer": sum(o < t for o, t in zip(ours, theirs)),
         "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors)),
+        # Silence inside a reply: playback that had to wait for the next piece of audio.
+        "turns_with_gaps": sum(o["gaps"] > 0 for o, _, _ in rows),
         "turns": len(rows),
         "transcripts_from_drafts": sum(o["draft"] for o, _, _ in rows),
         # Word error rate of what was heard at the commit: Parlour (drafts included) and the peer

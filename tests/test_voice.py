@@ -234,12 +234,25 @@ def test_a_disconnect_mid_reply_keeps_the_question_and_what_was_sent(server, spe
     resumed.close()
 
 
-def test_sentences_start_speech_at_the_first_long_clause():
-    sentences = Sentences()
-    text = "The sky is blue because of a process called scattering, which bends blue light. It is, in short, physics. "
-    pieces = [p for word in text.split(" ") for p in sentences.feed(word + " ")]
-    assert pieces == ["The sky is blue because of a process called scattering,", "which bends blue light.",
-                      "It is, in short, physics."]
+def test_sentences_start_speech_at_the_first_phrase():
+    def pieces(text: str, sentences: Sentences) -> list[str]:  # fed word by word, as a reply streams
+        return [p for word in text.split(" ") for p in sentences.feed(word + " ")] + \
+            [rest for rest in [sentences.flush()] if rest]
+
+    text = "The sky is blue because of a process called scattering, which bends blue light. It is, in short, physics."
+    assert pieces(text, Sentences()) == ["The sky is blue", "because of a process called scattering, which bends blue light.",
+                                         "It is, in short, physics."]
+    assert pieces("Under the GPL, you can sell copies of it. Yes.", Sentences()) == [
+        "Under the GPL, you can sell copies", "of it.", "Yes."]
+    assert pieces("In short, it is free.", Sentences()) == ["In short, it is free."]  # "In short," is too short
+    # No phrase ends within twice `first_words` words: cut there, before an article.
+    assert pieces("The GNU General Public License version three is a copyleft license.", Sentences()) == [
+        "The GNU General Public License version three is", "a copyleft license."]
+    # A streamed word is only judged once it is whole: "of" may yet become "often".
+    streaming = Sentences()
+    assert streaming.feed("Cats sleep a lot of") == [] and streaming.feed("ten, ") == ["Cats sleep a lot often,"]
+    assert pieces("The sky is blue because of scattering.", Sentences(first_words=0)) == [
+        "The sky is blue because of scattering."]
     short = Sentences()
     assert short.feed("Yes, it is. Well, fine. 3.5 degrees! ") == ["Yes, it is.", "Well, fine.", "3.5 degrees!"]
     assert short.feed("And the rest") == [] and short.flush() == "And the rest"

@@ -122,7 +122,7 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     asked = _terms(question)
     candidates = []  # (passage, position, sentence, its terms)
     for p, result in enumerate(results):
-        splitter = Sentences(first_clause_words=0)
+        splitter = Sentences(first_words=0)
         for n, sentence in enumerate([*splitter.feed(result.text + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
                 candidates.append((p, n, sentence, _terms(sentence) & asked))

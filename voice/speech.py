@@ -17,7 +17,6 @@ from models.audio import AudioError
 
 BYTES_PER_MS = 48  # PCM16 mono at 24 kHz
 _SENTENCE_END = re.compile(r"([.!?…]+[\"')\]]*)(\s+)|\n+")
-_CLAUSE_END = re.compile(r"([,;:])(\s+)")
 
 
 class AudioBuffer:
@@ -57,17 +56,25 @@ class AudioBuffer:
         self.data = bytearray()
 
 
+# Words a phrase begins with: the first piece may end before one (prepositions, conjunctions).
+_PHRASE_START = frozenset(
+    "and or but nor so yet that which who whom whose where when while because since although though if unless "
+    "until than as to of in on at for with without within under by from about after before during including "
+    "except".split())
+
+
 class Sentences:
     """Feed reply text as it streams; get back each sentence once it is complete.
 
-    The first piece may end at a clause instead (a comma, colon or semicolon after at least
-    `first_clause_words` words): the listener hears the reply begin while its first long
-    sentence is still being written.
+    The first piece may end sooner, so the listener hears the reply begin while its first long
+    sentence is still being written: at a clause (a comma, colon or semicolon) or before a word
+    that begins a phrase ("of", "because", "which"...) once it has `first_words` words, and after
+    twice that many words at the latest. With `first_words` 0, every piece is a sentence.
     """
 
-    def __init__(self, first_clause_words: int = 6) -> None:
+    def __init__(self, first_words: int = 4) -> None:
         self.pending = ""
-        self.first_clause_words = first_clause_words
+        self.first_words = first_words
         self.started = False
 
     def feed(self, text: str) -> list[str]:
@@ -75,19 +82,31 @@ class Sentences:
         done: list[str] = []
         while True:
             match = _SENTENCE_END.search(self.pending)
-            if not self.started and self.first_clause_words:
-                # The first clause end with enough words before it (a list's first commas come early).
-                clause = next((c for c in _CLAUSE_END.finditer(self.pending)
-                               if len(self.pending[: c.start()].split()) >= self.first_clause_words), None)
-                if clause and (not match or clause.start() < match.start()):
-                    match = clause
-            if not match:
+            cut = (match.end(1) if match.group(1) else match.start(), match.end()) if match else None
+            if not self.started and self.first_words and (phrase := self._first_phrase()):
+                if not cut or phrase[0] < cut[0]:
+                    cut = phrase
+            if not cut:
                 return done
-            sentence = self.pending[: match.end(1) if match.group(1) else match.start()].strip()
-            self.pending = self.pending[match.end():]
-            if re.search(r"\w", sentence):
-                done.append(sentence)
+            piece = self.pending[: cut[0]].strip()
+            self.pending = self.pending[cut[1]:]
+            if re.search(r"\w", piece):
+                done.append(piece)
                 self.started = True
+
+    def _first_phrase(self) -> tuple[int, int] | None:
+        """Where the first piece may end short of a sentence, and where the rest begins. Only whole
+        words count (followed by a space): a streamed "of" may yet become "often"."""
+        words = list(re.finditer(r"\S+(?=\s)", self.pending))
+        for n, word in enumerate(words):
+            if n >= self.first_words and word.group().lower().strip("\"'(") in _PHRASE_START:
+                return words[n - 1].end(), word.start()
+            if n + 1 >= self.first_words and word.group()[-1] in ",;:":
+                return word.end(), word.end()
+            if n + 1 >= 2 * self.first_words:  # no phrase ended: cut here, before an article at least
+                return (words[n - 1].end(), word.start()) if word.group().lower() in ("a", "an", "the") else \
+                    (word.end(), word.end())
+        return None
 
     def flush(self) -> str:
         rest, self.pending = self.pending.strip(), ""

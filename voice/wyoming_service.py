@@ -109,7 +109,7 @@ class WyomingHandler(AsyncEventHandler):
             if self.streaming is None:  # during a stream, Home Assistant's copy of the text is ignored
                 await self._speak(Synthesize.from_event(event).text)
         elif SynthesizeStart.is_type(event.type):
-            self.streaming = Sentences(first_clause_words=0)
+            self.streaming = Sentences(first_words=0)
         elif SynthesizeChunk.is_type(event.type):
             await self._synthesize_chunk(SynthesizeChunk.from_event(event).text)
         elif SynthesizeStop.is_type(event.type):
