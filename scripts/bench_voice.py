@@ -8,14 +8,18 @@ microphone) and sent to a real Parlour server as push-to-talk audio; first audio
 sees, from sending the commit to the first audio delta.
 
 The peer is the loop one would write first with the same packages: whisper on the clip, a search
-with the same knowledge base (the same research text Parlour finds), the reply streamed from the
-same model with llama.cpp's prefix cache, its first sentence spoken by Piper at once, and the
-oldest message dropped when the context is full.
+with the same knowledge base (the same passages Parlour finds, uncut), the reply streamed from the
+same model with llama.cpp's prefix cache, its first piece spoken by Piper at once (Parlour's
+splitter), and the oldest message dropped when the context is full.
 
 The floor of a turn is its parts measured alone: whisper on the clip, prefill of that turn's new
 tokens at that turn's depth, decode of its first sentence, and Piper's first chunk of it.
 
-Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--profile qwen2.5-coder-0.5b] [--research off]
+Before the spoken turns, `--typed` (2) research questions are typed, as text: the text stream keeps
+whole passages, so the spoken session starts about 5,000 tokens deep and reaches the end of an
+8,192-token context, where history must make room.
+
+Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--typed 2] [--profile qwen2.5-coder-0.5b] [--research off]
 It prints figures and the goals beside them; it asserts nothing.
 """
 
@@ -36,7 +40,7 @@ import jiwer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.realtime import Client, RunningServer  # noqa: E402
+from tests.realtime import Client, RunningServer, done  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402
@@ -62,6 +66,13 @@ QUESTIONS = [
     "What does the Mozilla license say about larger works?",
 ]
 
+# Typed before the spoken turns (`--typed`): the text stream keeps whole passages, so the session
+# starts deep, as one does that began at the keyboard, and its spoken turns run into the context's end.
+TYPED = [
+    "What are the terms and conditions of the GNU General Public License version 3?",
+    "What conditions does the Apache License version 2.0 set on redistribution?",
+    "What does the GNU Lesser General Public License allow?",
+]
 
 RELEASE_MS = 500
 
@@ -120,13 +131,20 @@ class PlainLoop:
         self.messages = [{"role": "system", "content": instructions}]
         self.budget, self.max_tokens = budget, max_tokens
 
-    def turn(self, clip: bytes) -> dict:
-        started = time.perf_counter()
-        question = self.stt.transcribe(clip, 24_000).text
+    def _ask(self, question: str):
         self.messages += [{"role": "user", "content": question}, *self.research.for_question(question)]
         while self.llm.count(self.messages) > self.budget and len(self.messages) > 2:
             del self.messages[1]
-        reply = self.llm.stream(self.messages, self.max_tokens, temperature=0)
+        return self.llm.stream(self.messages, self.max_tokens, temperature=0)
+
+    def typed(self, question: str) -> None:
+        """A typed turn before the spoken ones (untimed), answered as the spoken ones are."""
+        self.messages.append({"role": "assistant", "content": "".join(self._ask(question))})
+
+    def turn(self, clip: bytes) -> dict:
+        started = time.perf_counter()
+        question = self.stt.transcribe(clip, 24_000).text
+        reply = self._ask(question)
         sentences, text, first_audio = Sentences(), "", None
         for piece in reply:
             text += piece
@@ -188,12 +206,17 @@ def main() -> None:
     parser.add_argument("--research", default="auto", choices=("auto", "off"))
     parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--reply-tokens", type=int, default=96)
+    parser.add_argument("--research-tokens", type=int, default=Config.voice_research_tokens,
+                        help="voice_research_tokens: the bound on a spoken turn's evidence")
+    parser.add_argument("--typed", type=int, default=2, choices=range(len(TYPED) + 1),
+                        help="typed research questions before the spoken ones (whole passages)")
     parser.add_argument("--no-peer", action="store_true", help="Parlour and the floor only")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-bench-"))
     config = Config(data_dir=str(work / "data"), context=args.context, reply_tokens=args.reply_tokens,
-                    llm_model=args.profile, research=args.research, temperature=0.0)
+                    llm_model=args.profile, research=args.research, temperature=0.0,
+                    voice_research_tokens=args.research_tokens)
     docs = work / "docs"  # as text files: the license texts have no suffix `parlour index` reads
     docs.mkdir()
     texts = [p for p in sorted(Path(args.docs).rglob("*")) if p.is_file()]
@@ -212,7 +235,16 @@ def main() -> None:
     peer = PlainLoop(peer_llm, stt, tts, research, config.instructions, args.context - args.reply_tokens,
                      args.reply_tokens)
 
-    print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research}; ms")
+    depth = 0
+    for question in TYPED[:args.typed] if args.research != "off" else []:
+        depth = int(done(client.ask(question, max_tokens=args.reply_tokens))["usage"]["input_tokens"])
+        server.idle()
+        if not args.no_peer:
+            peer.typed(question)
+    print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research} "
+          f"(spoken evidence up to {args.research_tokens} tokens); ms")
+    if depth:
+        print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
     print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} | {'x floor':>7}")
     rows = []

@@ -83,3 +83,8 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
     assert unrelated[0].text.startswith("The tide tables are printed weekly.")  # nothing shared: the opening
     assert count(kept[0].text) + count("[1] Tides (/notes/tides.md)") <= 40 + 2
     assert spoken_evidence("tides", [tides], 1, count)[0].text  # the best sentence even over the bound
+    # Hard-wrapped text (the license texts) is cut into sentences, not lines; a heading stays apart.
+    wrapped = SearchResult("/docs/license.txt", "License", "# Patents\nEach Contributor grants a patent\n"
+                           "license to make and sell the Work. Notices must stay\nintact in every copy.", -1.0)
+    patents = spoken_evidence("Does the license grant patents?", [wrapped], 400, count)
+    assert patents[0].text == "Each Contributor grants a patent license to make and sell the Work."

@@ -123,7 +123,7 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     candidates = []  # (passage, position, sentence, its terms)
     for p, result in enumerate(results):
         splitter = Sentences(first_words=0)
-        for n, sentence in enumerate([*splitter.feed(result.text + "\n"), splitter.flush()]):
+        for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
                 candidates.append((p, n, sentence, _terms(sentence) & asked))
     frequency = Counter(term for *_, shared in candidates for term in shared)
@@ -140,6 +140,19 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
             opened.add(p)
     return [replace(result, text=" ".join(sentence for q, _, sentence in sorted(chosen) if q == p))
             for p, result in enumerate(results) if p in opened]
+
+
+def _unwrap(text: str) -> str:
+    """Hard-wrapped lines joined into their paragraphs, so that the splitter finds sentences rather
+    than lines (license texts break every 70 characters). Headings and list items keep their lines."""
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if lines and lines[-1].strip() and line.strip() and not lines[-1].lstrip().startswith("#") \
+                and not re.match(r"\s*([#*-]|\d+[.)])\s", line):
+            lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+        else:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def _terms(text: str) -> set[str]:
