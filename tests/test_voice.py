@@ -253,6 +253,12 @@ def test_sentences_start_speech_at_the_first_phrase():
     assert streaming.feed("Cats sleep a lot of") == [] and streaming.feed("ten, ") == ["Cats sleep a lot often,"]
     assert pieces("The sky is blue because of scattering.", Sentences(first_words=0)) == [
         "The sky is blue because of scattering."]
+    # A speaker about to run out of audio takes the phrases written so far, up to the last one's end.
+    slow = Sentences()
+    assert slow.feed("The licence says so. You may copy it, change it and sell copies of ") == ["The licence says so."]
+    assert slow.phrase() == "You may copy it, change it and sell copies"
+    assert slow.phrase() == "" and slow.feed("it. ") == ["of it."]
+    assert slow.feed("Two words ") == [] and slow.phrase() == ""  # too short to stand alone
     short = Sentences()
     assert short.feed("Yes, it is. Well, fine. 3.5 degrees! ") == ["Yes, it is.", "Well, fine.", "3.5 degrees!"]
     assert short.feed("And the rest") == [] and short.flush() == "And the rest"

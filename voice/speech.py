@@ -17,6 +17,7 @@ from models.audio import AudioError
 
 BYTES_PER_MS = 48  # PCM16 mono at 24 kHz
 _SENTENCE_END = re.compile(r"([.!?…]+[\"')\]]*)(\s+)|\n+")
+_WHOLE_WORD = re.compile(r"\S+(?=\s)")
 
 
 class AudioBuffer:
@@ -69,7 +70,8 @@ class Sentences:
     The first piece may end sooner, so the listener hears the reply begin while its first long
     sentence is still being written: at a clause (a comma, colon or semicolon) or before a word
     that begins a phrase ("of", "because", "which"...) once it has `first_words` words, and after
-    twice that many words at the latest. With `first_words` 0, every piece is a sentence.
+    twice that many words at the latest. With `first_words` 0, every piece is a sentence. A
+    speaker about to run out of audio may also take the phrases complete so far (`phrase`).
     """
 
     def __init__(self, first_words: int = 4) -> None:
@@ -88,25 +90,46 @@ class Sentences:
                     cut = phrase
             if not cut:
                 return done
-            piece = self.pending[: cut[0]].strip()
-            self.pending = self.pending[cut[1]:]
-            if re.search(r"\w", piece):
+            if piece := self._take(cut):
                 done.append(piece)
-                self.started = True
+
+    def phrase(self, least_words: int = 3) -> str:
+        """The pending text up to its last phrase end, if that holds `least_words` words; "" if
+        none. For a listener who would otherwise wait in silence for the sentence to end."""
+        ends = list(self._phrase_ends(least_words))
+        return self._take(ends[-1][:2]) if ends else ""
 
     def _first_phrase(self) -> tuple[int, int] | None:
-        """Where the first piece may end short of a sentence, and where the rest begins. Only whole
-        words count (followed by a space): a streamed "of" may yet become "often"."""
-        words = list(re.finditer(r"\S+(?=\s)", self.pending))
-        for n, word in enumerate(words):
-            if n >= self.first_words and word.group().lower().strip("\"'(") in _PHRASE_START:
-                return words[n - 1].end(), word.start()
-            if n + 1 >= self.first_words and word.group()[-1] in ",;:":
-                return word.end(), word.end()
-            if n + 1 >= 2 * self.first_words:  # no phrase ended: cut here, before an article at least
-                return (words[n - 1].end(), word.start()) if word.group().lower() in ("a", "an", "the") else \
-                    (word.end(), word.end())
+        """Where the first piece may end short of a sentence, and where the rest begins."""
+        for end, rest, n, word in self._phrase_ends(self.first_words):
+            if n < 2 * self.first_words:
+                return end, rest
+        words = list(_WHOLE_WORD.finditer(self.pending))
+        if len(words) >= 2 * self.first_words:  # no phrase ended: cut there, before an article at least
+            n = 2 * self.first_words - 1
+            return (words[n - 1].end(), words[n].start()) if words[n].group().lower() in ("a", "an", "the") else \
+                (words[n].end(), words[n].end())
         return None
+
+    def _phrase_ends(self, least_words: int):
+        """(end, where the rest begins, words before the end, the word) for each place a phrase
+        ends in the pending text with at least `least_words` words before it: after a clause mark,
+        or before a word that begins a phrase. Only whole words count (followed by a space): a
+        streamed "of" may yet become "often"."""
+        words = list(_WHOLE_WORD.finditer(self.pending))
+        for n, word in enumerate(words):
+            if n >= least_words and word.group().lower().strip("\"'(") in _PHRASE_START:
+                yield words[n - 1].end(), word.start(), n, word
+            if n + 1 >= least_words and word.group()[-1] in ",;:":
+                yield word.end(), word.end(), n + 1, word
+
+    def _take(self, cut: tuple[int, int]) -> str:
+        piece = self.pending[: cut[0]].strip()
+        self.pending = self.pending[cut[1]:]
+        if not re.search(r"\w", piece):
+            return ""
+        self.started = True
+        return piece
 
     def flush(self) -> str:
         rest, self.pending = self.pending.strip(), ""

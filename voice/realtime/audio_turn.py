@@ -3,7 +3,9 @@
 `transcribe_commit` runs whisper on the committed buffer and announces the user item with its
 transcript before any reply begins. `speak_reply` streams the reply's transcript as tokens arrive
 and has Piper speak each sentence as soon as it is complete, in a task beside the model, so
-synthesis of one sentence overlaps generation of the next. First audio is timed from the commit.
+synthesis of one sentence overlaps generation of the next. The first piece is a phrase
+(`voice.speech.Sentences`), and when the listener's audio is about to run out before the next
+sentence is written, the phrases written so far are spoken rather than leaving a silence. First audio is timed from the commit.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 
 
 DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
+# Seconds of audio still to play when the speaker stops waiting for the sentence and speaks the
+# phrases written so far: about what Piper takes for a phrase while the model is decoding.
+SPEAK_AHEAD = 0.5
 
 
 def _ms(seconds: float) -> int:
@@ -69,9 +74,22 @@ async def speak_reply(conn, response) -> None:
     marks: dict = {}
     row = ReplyRow(conn.service.store, conn.session_id, response.item_id)
 
+    async def next_piece(playing_since: float | None, sent_ms: int) -> str | None:
+        """The next sentence; or, when the listener's audio is about to run out before it is
+        written, the phrases written so far."""
+        while queue.empty() and playing_since is not None and not cancel.is_set():
+            left = playing_since + sent_ms / 1000 - SPEAK_AHEAD - time.perf_counter()
+            if left <= 0 and (phrase := sentences.phrase()):
+                return phrase
+            try:
+                return await asyncio.wait_for(queue.get(), max(left, 0.05))
+            except TimeoutError:
+                pass
+        return await queue.get()
+
     async def speaker() -> None:
-        sent_ms = 0
-        while (sentence := await queue.get()) is not None:
+        sent_ms, playing_since = 0, None
+        while (sentence := await next_piece(playing_since, sent_ms)) is not None:
             if cancel.is_set():
                 continue
             chunks = await asyncio.to_thread(lambda: list(tts.synthesize(sentence, speed=speed)))
@@ -80,6 +98,7 @@ async def speak_reply(conn, response) -> None:
                 if cancel.is_set():
                     break
                 marks.setdefault("first_audio_ms", _ms(time.perf_counter() - started))
+                playing_since = playing_since or time.perf_counter()
                 await conn.send(events.event("response.output_audio.delta", **delta_ids(response),
                                              delta=audio_delta(chunk)))
                 sent_ms += len(chunk) // BYTES_PER_MS
