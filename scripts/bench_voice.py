@@ -15,7 +15,7 @@ splitter), and the oldest message dropped when the context is full.
 The floor of a turn is its parts measured alone: whisper on the clip, prefill of that turn's new
 tokens at that turn's depth, decode of its first sentence, and Piper's first chunk of it.
 
-Before the spoken turns, `--typed` (2) research questions are typed, as text: the text stream keeps
+Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
 whole passages, so the spoken session starts about 5,000 tokens deep and reaches the end of an
 8,192-token context, where history must make room.
 
@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("--reply-tokens", type=int, default=96)
     parser.add_argument("--research-tokens", type=int, default=Config.voice_research_tokens,
                         help="voice_research_tokens: the bound on a spoken turn's evidence")
-    parser.add_argument("--typed", type=int, default=2, choices=range(len(TYPED) + 1),
+    parser.add_argument("--typed", type=int, default=3, choices=range(len(TYPED) + 1),
                         help="typed research questions before the spoken ones (whole passages)")
     parser.add_argument("--no-peer", action="store_true", help="Parlour and the floor only")
     args = parser.parse_args()

@@ -23,8 +23,8 @@ from voice.speech import BYTES_PER_MS, Sentences, audio_delta
 
 DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
 # Seconds of audio still to play when the speaker stops waiting for the sentence and speaks the
-# phrases written so far: about what Piper takes for a phrase while the model is decoding.
-SPEAK_AHEAD = 0.5
+# phrases written so far: Piper takes up to about that for a phrase while the model decodes beside it.
+SPEAK_AHEAD = 0.8
 
 
 def _ms(seconds: float) -> int:
