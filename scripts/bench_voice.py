@@ -16,10 +16,10 @@ The floor of a turn is its parts measured alone: whisper on the clip, prefill of
 tokens at that turn's depth, decode of its first sentence, and Piper's first chunk of it.
 
 Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
-whole passages, so the spoken session starts about 5,000 tokens deep and reaches the end of an
-8,192-token context, where history must make room.
+whole passages, so the spoken session starts 3,700 tokens deep and reaches the end of an 8,192-token
+context, where history must make room.
 
-Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--typed 2] [--profile qwen2.5-coder-0.5b] [--research off]
+Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--typed 3] [--profile qwen2.5-coder-0.5b] [--research off]
 It prints figures and the goals beside them; it asserts nothing.
 """
 
