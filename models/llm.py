@@ -324,18 +324,51 @@ class LanguageModel:
         with self._lock:
             llm = self._llm
             prefix = common_prefix(llm._input_ids.tolist(), prompt)
+            saved = None
             if exact:
                 kept = min(prefix, self._exact)
+                # Stopped midway, the refresh would leave the next turn everything after it to
+                # evaluate again: the shifted cache is kept aside, to be put back if a turn comes first.
+                saved = self._save_cache() if kept < min(prefix, llm.n_tokens) else None
             else:
                 kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
             llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
             evaluated = 0
             for start in range(llm.n_tokens, len(prompt), batch):
                 if stop():
+                    if saved is not None and llm.n_tokens < saved[2]:
+                        self._restore_cache(saved)
                     break
                 self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
                 evaluated += len(prompt[start:start + batch])
             return evaluated
+
+    @property
+    def approximate(self) -> int:
+        """Cached tokens a KV shift kept rather than evaluated exactly; `prefill(exact=True)` redoes them."""
+        return max(0, self._llm.n_tokens - self._exact)
+
+    def _save_cache(self) -> tuple:
+        """A copy of the KV cache and what it holds (a few hundred MB at most), for `_restore_cache`."""
+        import ctypes
+
+        from llama_cpp import llama_state_seq_get_data, llama_state_seq_get_size
+
+        size = llama_state_seq_get_size(self._llm._ctx.ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        llama_state_seq_get_data(self._llm._ctx.ctx, buffer, size, 0)
+        return buffer, self._llm.input_ids.copy(), self._llm.n_tokens, self._exact
+
+    def _restore_cache(self, saved: tuple) -> None:
+        from llama_cpp import llama_state_seq_set_data
+
+        buffer, input_ids, n_tokens, exact = saved
+        self._llm._ctx.kv_cache_seq_rm(0, -1, -1)
+        if not llama_state_seq_set_data(self._llm._ctx.ctx, buffer, len(buffer), 0):
+            self._llm.n_tokens = self._exact = 0  # not restored: the next prompt is evaluated whole
+            return
+        self._llm.input_ids[:] = input_ids
+        self._llm.n_tokens, self._exact = n_tokens, exact
 
     def _evaluate_from(self, position: int, evaluate: Callable[[], object]) -> object:
         """Run `evaluate`, which extends the cache from `position`: the cache stays exact as far as

@@ -227,8 +227,13 @@ def test_an_exact_prefill_replaces_what_a_shift_kept(llm):
                          temperature=0)
     shifted.text()
     assert shifted.stats.shifted_tokens > 20
+    # A turn that comes while the refresh runs gets the shifted cache back, not a cache cut short.
+    cached = llm._llm.n_tokens
+    checks = iter([False, True])  # one batch, then a turn is waiting
+    assert llm.prefill(history, exact=True, stop=lambda: next(checks), batch=8) == 8
+    assert llm._llm.n_tokens == cached and llm.approximate > 20  # still to be refreshed
     assert llm.prefill(history, exact=True) >= shifted.stats.shifted_tokens - 4  # what the shift kept, again (not the next turn's opening)
-    assert llm.prefill(history, exact=True) == 0  # exact now: nothing left to redo
+    assert llm.prefill(history, exact=True) == 0 and llm.approximate == 0  # exact now: nothing left to redo
     after = llm.stream(history + [{"role": "user", "content": "What is my kayak called?"}], max_tokens=8,
                        temperature=0)
     assert "Puffin" in after.text() and after.stats.shifted_tokens == 0

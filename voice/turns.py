@@ -187,7 +187,7 @@ class TurnEngine:
         finally:
             self._model.release()
         self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
-        if figures.get("shifted_tokens"):  # the reply read a shifted cache: make it exact for the next
+        if getattr(self.llm, "approximate", 0):  # a shift's cache, read by this reply: make it exact for the next
             self.warm(session_id, exact=True)
         yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
         if figures.get("dropped"):
