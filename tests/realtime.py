@@ -54,8 +54,9 @@ class RunningServer:
         query = f"?session_id={session_id}" if session_id else ""
         return f"ws://127.0.0.1:{self.port}/v1/realtime{query}"
 
-    def idle(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.service.engine.idle(), self._loop).result(120)
+    def idle(self, timeout: float = 120) -> None:
+        """Wait for the engine's background work (summaries, warm-ups, refreshes)."""
+        asyncio.run_coroutine_threadsafe(self.service.engine.idle(), self._loop).result(timeout)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._stop.set)

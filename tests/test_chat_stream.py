@@ -364,6 +364,23 @@ def test_the_first_turn_finds_the_system_prompt_and_a_resumed_history_already_ev
     resumed.close()
 
 
+def test_background_warming_stops_while_a_client_is_speaking(make_server, llm):
+    server = make_server()
+    client = Client(server.url())
+    done(client.ask("My boat is called the Gannet and she is moored at Rossaveal.", max_tokens=8))
+    client.close()
+    other = Client(server.url())
+    done(other.ask("Name a fruit.", max_tokens=4))  # the cache now holds another prompt
+    other.close()
+    server.service.engine.hearing()  # someone is speaking (a draft or hands-free speech)
+    resumed = Client(server.url(client.session_id))
+    server.idle()  # the warm-up gave way at once rather than evaluating the history
+    history = server.service.store.transcript(client.session_id)
+    again = done(resumed.ask("What is my boat called?", max_tokens=8))
+    assert again["usage"]["input_token_details"]["cached_tokens"] < llm.count(history) - llm.prompt_overhead - 4
+    resumed.close()
+
+
 def test_a_text_turn_over_the_budget_is_condensed_by_section_workers(make_server):
     server = make_server(context=1536, reply_tokens=48)
     client = Client(server.url())

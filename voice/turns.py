@@ -34,6 +34,7 @@ from voice.store import SessionStore, StoredMessage, new_id
 SUMMARY_WORDS = 120
 SUMMARY_REPLY_TOKENS = 200
 SECTION_NOTE_TOKENS = 160  # a section worker's notes on one section of an oversized input
+HEARING_S = 1.0  # how long background work stays stopped after a client was last heard speaking
 
 
 class ServerBusy(Exception):
@@ -77,6 +78,7 @@ class TurnEngine:
         self._model = ModelQueue(max_inflight)
         self._waiting = 0
         self._background: set[asyncio.Task] = set()
+        self._heard_at = float("-inf")
         self.recent: list[dict] = []  # the last turns' figures, newest last
 
     # The model's queue ------------------------------------------------------------------------
@@ -268,13 +270,21 @@ class TurnEngine:
         return offered, native, "" if native or not offered else tool_instructions(search, client)
 
     # Warming, off the path of the next reply --------------------------------------------------
+    def hearing(self) -> None:
+        """A client is speaking. Warm-ups and refreshes stop at their next batch (a refresh puts
+        the cache back as it was), so whisper has the CPU while the question is being spoken."""
+        self._heard_at = time.monotonic()
+
+    def _background_must_stop(self) -> bool:
+        return self._model.turns_waiting() or time.monotonic() - self._heard_at < HEARING_S
+
     def warm(self, session_id: str | None = None, instructions: str = "", exact: bool = False) -> None:
         """Evaluate the prompt the next turn will start with, in the background: a new session's
         system prompt (`instructions`), or a resumed session's history, fitted as a turn would fit
-        it. It waits behind turns and stops as soon as one waits, so a turn never waits for it; the
-        turn that follows then pays only for itself. With `exact`, what a KV shift kept is
-        evaluated again, so the shift's approximation lasts one reply. Only a model in this process
-        is warmed."""
+        it. It waits behind turns and stops as soon as one waits or a client speaks, so a turn
+        never waits for it; the turn that follows then pays only for itself. With `exact`, what a
+        KV shift kept is evaluated again, so the shift's approximation lasts until the model has
+        been idle long enough to redo it. Only a model in this process is warmed."""
         if getattr(self.llm, "prefill", None) is not None:
             self._in_background(self._warm(session_id, instructions, exact))
 
@@ -298,7 +308,7 @@ class TurnEngine:
             removed, summary = self.store.fit_state(session_id)
         stub = {"role": "user", "content": ""}  # the question to come: only what precedes it is evaluated
         fitted = self._fit_prompt(transcript + [stub], removed, summary, described, native, condense_with=None)
-        self.llm.prefill(fitted.messages[:-1], native, stop=self._model.turns_waiting, exact=exact)
+        self.llm.prefill(fitted.messages[:-1], native, stop=self._background_must_stop, exact=exact)
 
     def _section_notes(self, messages: list[dict]) -> str:
         """A section worker's notes (fitting stage 3), written by the model the turn already holds."""

@@ -131,6 +131,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._error(f"audio-chunk at {chunk.rate} Hz after audio-start at {self.rate} Hz", "invalid_audio")
             return
         self.audio += self.converter.convert(chunk).audio
+        self.service.engine.hearing()
         if len(self.audio) > self.service.config.max_audio_seconds * self.rate * 2:
             self.audio = None
             await self._error(f"more than {self.service.config.max_audio_seconds} s of audio", "audio_too_long")

@@ -5,7 +5,8 @@ transcript before any reply begins. `speak_reply` streams the reply's transcript
 and has Piper speak each sentence as soon as it is complete, in a task beside the model, so
 synthesis of one sentence overlaps generation of the next. The first piece is a phrase
 (`voice.speech.Sentences`), and when the listener's audio is about to run out before the next
-sentence is written, the phrases written so far are spoken rather than leaving a silence. First audio is timed from the commit.
+sentence is written, the phrases written so far are spoken rather than leaving a silence. First
+audio is timed from the commit.
 """
 
 from __future__ import annotations

@@ -161,6 +161,8 @@ class Connection:
                 if self.detector is None or self.detector.settings is not settings:
                     self.detector = SpeechDetector(settings)
                 changes = await asyncio.to_thread(self.detector.feed, chunk)
+                if self.detector.speaking:
+                    self.service.engine.hearing()
                 await self.carry_out(self.protocol.speech_detected(changes, self.detector.speaking))
             case _:
                 raise TypeError(f"no way to carry out {effect!r}")
@@ -183,6 +185,7 @@ class Connection:
         """Whisper on the audio so far, unless more events already wait: a client sending audio
         faster than it is spoken (a file, not a held key) would only find whisper busy at commit."""
         text = None
+        self.service.engine.hearing()
         try:
             if self.inbox.empty():
                 text = (await asyncio.to_thread(self.service.stt.transcribe, effect.audio, 24_000)).text
