@@ -101,7 +101,7 @@ class Sentences:
 
     def _first_phrase(self) -> tuple[int, int] | None:
         """Where the first piece may end short of a sentence, and where the rest begins."""
-        for end, rest, n, word in self._phrase_ends(self.first_words):
+        for end, rest, n in self._phrase_ends(self.first_words):
             if n < 2 * self.first_words:
                 return end, rest
         words = list(_WHOLE_WORD.finditer(self.pending))
@@ -112,16 +112,16 @@ class Sentences:
         return None
 
     def _phrase_ends(self, least_words: int):
-        """(end, where the rest begins, words before the end, the word) for each place a phrase
+        """(end, where the rest begins, words before the end) for each place a phrase
         ends in the pending text with at least `least_words` words before it: after a clause mark,
         or before a word that begins a phrase. Only whole words count (followed by a space): a
         streamed "of" may yet become "often"."""
         words = list(_WHOLE_WORD.finditer(self.pending))
         for n, word in enumerate(words):
             if n >= least_words and word.group().lower().strip("\"'(") in _PHRASE_START:
-                yield words[n - 1].end(), word.start(), n, word
+                yield words[n - 1].end(), word.start(), n
             if n + 1 >= least_words and word.group()[-1] in ",;:":
-                yield word.end(), word.end(), n + 1, word
+                yield word.end(), word.end(), n + 1
 
     def _take(self, cut: tuple[int, int]) -> str:
         piece = self.pending[: cut[0]].strip()
