@@ -172,6 +172,16 @@ def _raise(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
+@dataclass(frozen=True)
+class _SavedCache:
+    """The KV cache of sequence 0 as llama.cpp serializes it, with the tokens it holds."""
+
+    kv: object  # a ctypes byte array
+    input_ids: np.ndarray
+    n_tokens: int
+    exact: int
+
+
 class LanguageModel:
     """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
 
@@ -329,14 +339,14 @@ class LanguageModel:
                 kept = min(prefix, self._exact)
                 # Stopped midway, the refresh would leave the next turn everything after it to
                 # evaluate again: the shifted cache is kept aside, to be put back if a turn comes first.
-                saved = self._save_cache() if kept < min(prefix, llm.n_tokens) else None
+                saved = self._save_cache() if kept < prefix else None
             else:
                 kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
             llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
             evaluated = 0
             for start in range(llm.n_tokens, len(prompt), batch):
                 if stop():
-                    if saved is not None and llm.n_tokens < saved[2]:
+                    if saved is not None and llm.n_tokens < saved.n_tokens:
                         self._restore_cache(saved)
                     break
                 self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
@@ -348,7 +358,7 @@ class LanguageModel:
         """Cached tokens a KV shift kept rather than evaluated exactly; `prefill(exact=True)` redoes them."""
         return max(0, self._llm.n_tokens - self._exact)
 
-    def _save_cache(self) -> tuple:
+    def _save_cache(self) -> _SavedCache:
         """A copy of the KV cache and what it holds (a few hundred MB at most), for `_restore_cache`."""
         import ctypes
 
@@ -357,18 +367,17 @@ class LanguageModel:
         size = llama_state_seq_get_size(self._llm._ctx.ctx, 0)
         buffer = (ctypes.c_uint8 * size)()
         llama_state_seq_get_data(self._llm._ctx.ctx, buffer, size, 0)
-        return buffer, self._llm.input_ids.copy(), self._llm.n_tokens, self._exact
+        return _SavedCache(buffer, self._llm.input_ids.copy(), self._llm.n_tokens, self._exact)
 
-    def _restore_cache(self, saved: tuple) -> None:
+    def _restore_cache(self, saved: _SavedCache) -> None:
         from llama_cpp import llama_state_seq_set_data
 
-        buffer, input_ids, n_tokens, exact = saved
         self._llm._ctx.kv_cache_seq_rm(0, -1, -1)
-        if not llama_state_seq_set_data(self._llm._ctx.ctx, buffer, len(buffer), 0):
+        if not llama_state_seq_set_data(self._llm._ctx.ctx, saved.kv, len(saved.kv), 0):
             self._llm.n_tokens = self._exact = 0  # not restored: the next prompt is evaluated whole
             return
-        self._llm.input_ids[:] = input_ids
-        self._llm.n_tokens, self._exact = n_tokens, exact
+        self._llm.input_ids[:] = saved.input_ids
+        self._llm.n_tokens, self._exact = saved.n_tokens, saved.exact
 
     def _evaluate_from(self, position: int, evaluate: Callable[[], object]) -> object:
         """Run `evaluate`, which extends the cache from `position`: the cache stays exact as far as

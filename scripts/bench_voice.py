@@ -45,7 +45,7 @@ from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402
 from voice.research import Research  # noqa: E402
-from voice.speech import Sentences  # noqa: E402
+from voice.speech import BYTES_PER_MS, Sentences  # noqa: E402
 
 QUESTIONS = [
     "What does the GNU General Public License say about warranty?",
@@ -108,7 +108,7 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
             if first_audio is None:
                 first_audio = played_to = arrived
             gaps += max(0.0, arrived - played_to)
-            played_to = max(played_to, arrived) + len(base64.b64decode(event["delta"])) / 48
+            played_to = max(played_to, arrived) + len(base64.b64decode(event["delta"])) / BYTES_PER_MS
         elif event["type"] == "response.output_audio_transcript.delta":
             transcript += event["delta"]
         elif event["type"] == "response.done":
