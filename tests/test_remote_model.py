@@ -22,7 +22,10 @@ from tests.test_wyoming import free_port
 
 
 class ModelServer:
-    """`python -m llama_cpp.server` with the default model; its log is kept to read what it did."""
+    """`python -m llama_cpp.server` with the default model (through tests.llama_cpp_server, which
+    loads it as Parlour does); its log is kept to read what it did."""
+
+    STARTUP_S = 600  # loading 1.1 GB on a machine busy with the rest of the suite can take minutes
 
     def __init__(self, log: Path):
         self.port, self.log = free_port(), log
@@ -34,7 +37,7 @@ class ModelServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve("llm", "")), "--host", "127.0.0.1",
+        return [sys.executable, "-m", "tests.llama_cpp_server", "--model", str(resolve("llm", "")), "--host", "127.0.0.1",
                 "--port", str(self.port), "--n_ctx", "8192", "--n_threads", "2",
                 # Its default cuts a running reply short when another request arrives: queue them instead.
                 "--interrupt_requests", "false"]
@@ -42,11 +45,15 @@ class ModelServer:
     def start(self) -> None:
         self.process = subprocess.Popen(self.command(), stdout=self.log.open("a"), stderr=subprocess.STDOUT)
         probe = RemoteLanguageModel(self.url)
-        for _ in range(240):
-            if probe.ping() == "answers":
-                return
+        deadline = time.monotonic() + self.STARTUP_S
+        while (answer := probe.ping()) != "answers":
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the model server exited with status {self.process.returncode} before it "
+                                   f"answered:\n{self.log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the model server did not answer within {self.STARTUP_S} s (its last word: "
+                                   f"{answer}):\n{self.log.read_text()[-2000:]}")
             time.sleep(0.25)
-        raise RuntimeError("the model server did not start:\n" + self.log.read_text()[-2000:])
 
     def stop(self) -> None:
         self.process.kill()

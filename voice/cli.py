@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from models.audio import AudioError, read_wav, write_wav
+from models.engine import EngineRefused
 from models.weights import ModelMissing
 from fitting import FitError
 from voice.config import CHOICES, KEYS, ConfigError, load_config
@@ -33,6 +34,8 @@ CONFIG_HELP = {
     "reply_tokens": "longest reply in tokens, kept free in the context (default: 256)",
     "voice_research_tokens": "a spoken turn's search results are cut to the sentences that bear on the question, "
                              "this many tokens at most (default: 250)",
+    "llm_repack": "let llama.cpp repack the weights for wide SIMD or AMX; slower prefill where measured, "
+                  "refused on AMX CPUs, where it crashes (default: false)",
     "kv_shift": "when old history leaves the prompt, keep the model's cache of what follows it, shifted, "
                 "instead of evaluating it again (default: true)",
     "temperature": "sampling temperature of replies, 0 to 2 (default: 0.2)",
@@ -133,6 +136,7 @@ def _size(path: Path) -> int:
 
 
 def cmd_models(config, args) -> None:
+    from models.engine import cpu_features
     from models.weights import PROFILES, llm_profile
     from voice.engines import ENGINES, describe, load_llm, timed_load
 
@@ -148,8 +152,10 @@ def cmd_models(config, args) -> None:
             remote = load_llm(config)
             print(f"  llm  on the server at {remote.url} ({remote.ping()}); prompts measured with {remote.measured_by}")
             continue
-        path, _loaded, seconds = timed_load(engine, config)
+        path, loaded, seconds = timed_load(engine, config)
         print(f"  {engine:<4} {_size(path) / 1e6:>7.1f}MB {seconds:>6.2f}s  {describe(engine, config)}  {path}")
+        if engine == "llm":
+            print(f"       llama.cpp uses {' '.join(cpu_features())}; {loaded.engine.describe()}")
 
 
 def cmd_config(config, args) -> None:
@@ -215,8 +221,12 @@ def _session(config, session_id: str) -> str:
 def cmd_serve(config, args) -> None:
     import asyncio
 
+    from voice.engines import engine_settings
     from voice.server import Service
+    from voice.watch import serve_watched
 
+    # The service runs in a watched child process: a crash in native code is one line, not silence.
+    serve_watched(Path(config.data_dir).expanduser() / "crash.log", engine_settings(config).describe())
     service = Service.load(config)
     if config.llm_url:
         print(f"the language model is on the server at {config.llm_url} ({service.llm.ping()}); "
@@ -318,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownSession as error:
         print(f"parlour: error: no such session: {error.args[0]}", file=sys.stderr)
         return 2
-    except (ConfigError, ModelMissing, AudioError, ReplayError, FitError, ChatError, OSError) as error:
+    except (ConfigError, EngineRefused, ModelMissing, AudioError, ReplayError, FitError, ChatError, OSError) as error:
         print(f"parlour: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

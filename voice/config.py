@@ -39,6 +39,7 @@ class Config:
     tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
     context: int = 8192  # the language model's context window, in tokens
     reply_tokens: int = 256  # the longest reply, kept free in the context
+    llm_repack: bool = False  # let llama.cpp repack the weights (refused on AMX CPUs: models.engine)
     kv_shift: bool = True  # keep the model's cache past a removed piece of history, shifted; false: re-evaluate after it
     temperature: float = 0.2  # sampling temperature of replies; 0 always picks the likeliest token
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)

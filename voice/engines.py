@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from models.engine import EngineSettings
 from models.llm import LanguageModel
 from models.remote_llm import RemoteLanguageModel
 from models.stt import SpeechToText
@@ -32,13 +33,18 @@ def load_stt(config: Config) -> SpeechToText:
     return SpeechToText(stt_path(config), threads=config.threads)
 
 
+def engine_settings(config: Config) -> EngineSettings:
+    return EngineSettings.chosen(config.threads, config.llm_repack)
+
+
 def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
     """The model in this process, or with `llm_url` the server's, counted with the tokenizer of
     `llm_model` when one is given (loaded vocabulary-only) and estimated otherwise."""
     if not config.llm_url:
         return LanguageModel(llm_path(config), context=config.context, threads=config.threads,
-                             kv_shift=config.kv_shift)
-    tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True) if config.llm_model else None
+                             kv_shift=config.kv_shift, repack=config.llm_repack)
+    tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True,
+                              repack=config.llm_repack) if config.llm_model else None
     remote = RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)
     remote.connect()
     return remote

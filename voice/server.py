@@ -1,7 +1,8 @@
 """The Parlour service: the websocket endpoint `/v1/realtime` (voice and text) and a few HTTP pages.
 
 - `GET /`: the push-to-talk page (voice/clients/page.html), no outside assets.
-- `GET /healthz`: the loaded models and how many turns wait for the model.
+- `GET /healthz`: the loaded models, the CPU features and settings the local engine runs with, and how many
+  turns wait for the model.
 - `GET /v1/sessions`, `GET /v1/figures`: the caller's stored sessions and its last turns' figures.
 
 `Service` holds the loaded engines, the session store and the turn engine; each websocket
@@ -31,6 +32,7 @@ from websockets.http11 import Request, Response
 
 from websockets.protocol import State
 
+from models.engine import cpu_features
 from models.remote_llm import RemoteLanguageModel
 from voice.config import Config
 from voice.realtime.connection import Connection
@@ -128,6 +130,8 @@ class Service:
             if isinstance(self.llm, RemoteLanguageModel):
                 health.update(backend=self.llm.url, model_server=await asyncio.to_thread(self.llm.ping),
                               measured_by=self.llm.measured_by)
+            else:
+                health["engine"] = {"cpu_features": cpu_features(), **self.llm.engine.as_json()}
             return json_response(HTTPStatus.OK, health)
         if url.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
