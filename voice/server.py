@@ -202,14 +202,14 @@ class Service:
 
                 wyoming = await wyoming_service.start(self, self.config.host, self.config.wyoming_port)
             self.engine.warm(instructions=self.config.instructions)  # new sessions start with this prompt
-            if ready:
-                ready(self.port)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
                     loop.add_signal_handler(sig, stop.set)
                 except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
                     pass
+            if ready:  # after the handlers: a stop asked for once the service says it listens is a clean one
+                ready(self.port)
             await stop.wait()
             if wyoming is not None:
                 await wyoming.stop()

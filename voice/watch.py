@@ -8,7 +8,8 @@ a signal it prints one line naming the signal, where the stack says it happened,
 uses on this CPU and where the log is, and exits with 128 + the signal's number.
 
 Signals: Ctrl-C reaches both processes (one process group): the parent ignores it and the child
-stops as usual. SIGTERM and SIGHUP sent to the parent are passed to the child. If the parent is
+stops as usual. SIGTERM and SIGHUP sent to the parent are passed to the child; a child that dies
+of the signal it was asked to stop by (still loading, say) is no crash and gets no line. If the parent is
 killed outright, the child is killed too (Linux's parent-death signal), so a killed service never
 leaves a server running without its watcher.
 """
@@ -46,8 +47,14 @@ def serve_watched(crash_log: Path, engine: str) -> None:
         _watched_child(parent, crash_log)
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    passed_on: set[int] = set()
+
+    def pass_on(number: int, _frame) -> None:
+        passed_on.add(number)
+        os.kill(child, number)
+
     for forwarded in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(forwarded, lambda number, _frame: os.kill(child, number))
+        signal.signal(forwarded, pass_on)
     while True:
         try:
             _, status = os.waitpid(child, 0)
@@ -56,6 +63,8 @@ def serve_watched(crash_log: Path, engine: str) -> None:
             continue
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
+        if number in passed_on | {signal.SIGINT}:  # stopped as asked (before it could stop cleanly)
+            raise SystemExit(128 + number)
         print(f"parlour: error: {crash_line(signal.Signals(number), crash_log, engine)}", file=sys.stderr, flush=True)
         raise SystemExit(128 + number)
     raise SystemExit(os.waitstatus_to_exitcode(status))
