@@ -40,7 +40,9 @@ class SpeechToText:
         self._model = WhisperModel(str(self.path), device="cpu", compute_type="int8", cpu_threads=threads)
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = 24_000) -> Transcript:
+    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = 24_000, hotwords: str = "") -> Transcript:
+        """`hotwords`: words the speaker is likely to say (a knowledge base's names), given to whisper
+        as a prompt so that it hears them rather than the common words they sound like."""
         started = time.perf_counter()
         samples = resample(as_samples(audio), sample_rate, WHISPER_RATE)
         audio_seconds = samples.size / WHISPER_RATE
@@ -54,6 +56,7 @@ class SpeechToText:
                 vad_filter=True,
                 condition_on_previous_text=False,
                 without_timestamps=True,
+                hotwords=hotwords or None,
             )
             text = " ".join(segment.text.strip() for segment in segments).strip()
         return Transcript(text, time.perf_counter() - started, audio_seconds)

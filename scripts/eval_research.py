@@ -140,10 +140,10 @@ def main() -> None:
                 turn = parlour_turn(client, clip, args.reply_tokens)
                 heard, first_audio = turn["heard"], turn["first_audio"]
                 reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
+                server.idle(timeout=900)  # each spoken turn is timed alone, after the background work
             else:
                 events = client.ask(question.text, max_tokens=args.reply_tokens)
                 heard, first_audio, reply = question.text, float("nan"), reply_text(events)
-            server.idle(timeout=900)
             ok = right(question, reply)
             misses = domain_misses(question, heard)
             rows.append((ok, misses, len(question.domain), first_audio))

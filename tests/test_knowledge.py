@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from voice.knowledge import CHUNK_CHARS, RESULT_CHARS, KnowledgeBase, chunk_text, fts_query, read_document
+from voice.knowledge import CHUNK_CHARS, RESULT_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
 
 
 def test_reindexing_touches_only_changed_files(tmp_path):
@@ -88,3 +89,33 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
                            "license to make and sell the Work. Notices must stay\nintact in every copy.", -1.0)
     patents = spoken_evidence("Does the license grant patents?", [wrapped], 400, count)
     assert patents[0].text == "Each Contributor grants a patent license to make and sell the Work."
+
+
+def write_licenses(folder) -> None:
+    folder.mkdir()
+    body = "\n\n".join(f"Section {n}. If You institute patent litigation, the patent licenses granted to You "
+                       f"shall terminate. Clause {n} of the grant." for n in range(8))
+    (folder / "apache.txt").write_text("Apache License\nVersion 2.0, January 2004\n\n" + body.replace("Section", "Apache"))
+    (folder / "mpl.txt").write_text("Mozilla Public License\nVersion 2.0\n\n" + body + "\n\nMozilla Foundation is the "
+                                    "license steward.")
+    for version, date in (("2", "June 1991"), ("3", "29 June 2007")):
+        (folder / f"gpl-{version}.txt").write_text(
+            f"GNU GENERAL PUBLIC LICENSE\nVersion {version}, {date}\n\n"
+            + "\n\n".join(f"Paragraph {n}: the GNU General Public License is published for software." for n in range(8)))
+
+
+def test_evidence_for_a_question_naming_a_document_comes_from_that_document(tmp_path):
+    write_licenses(tmp_path / "docs")
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(tmp_path / "docs")
+    unnamed = knowledge.search("What happens to my patent licenses if I start patent litigation?")
+    assert {Path(r.path).name for r in unnamed} >= {"apache.txt", "mpl.txt"}  # both say so
+    named = knowledge.search("Under the Apache license, what happens to my patent license if I start litigation?")
+    assert named and {Path(r.path).name for r in named} == {"apache.txt"}
+    assert named[0].title == "Apache License"  # a plain text's first line is its title
+    # The version asked for, spoken in words, picks the document, and its opening states the date.
+    three = knowledge.search("When was version three of the GNU General Public License published?")
+    assert {Path(r.path).name for r in three} == {"gpl-3.txt"} and "29 June 2007" in three[0].text
+    assert {Path(r.path).name for r in knowledge.search("When was version two of the GNU GPL published?")} == \
+        {"gpl-2.txt"}
+    assert digits("version two point one of three") == "version 2.1 of 3"

@@ -13,7 +13,8 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -21,6 +22,8 @@ SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
 CHUNK_CHARS = 2_000
 RESULT_CHARS = 4_000
 RELEVANCE = 0.5  # a result is kept when its score is at least half the best one's
+ADDRESS = re.compile(r"\S+://\S+|www\.\S+|\S+@\S+|<[^>\s]+>")  # URLs and mail: gnu.org is no lower-case gnu
+VOCABULARY_WORDS = 40  # names given to whisper: its prompt holds about 220 tokens, half for these
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, sha256 TEXT);
@@ -34,6 +37,14 @@ class SearchResult:
     title: str
     text: str  # at most RESULT_CHARS characters
     score: float
+
+
+@dataclass
+class _Name:
+    """A name the knowledge base uses: the documents that mention it, and how often it occurs."""
+
+    paths: set[str] = field(default_factory=set)
+    count: int = 0
 
 
 @dataclass
@@ -90,7 +101,12 @@ def read_document(path: Path) -> tuple[str, str]:
         text = re.sub(r"\n\s*\n\s*", "\n\n", text).strip()
         return parser.title or path.stem, text
     heading = re.search(r"(?m)^#\s+(.+)$", raw)
-    return (heading.group(1).strip() if heading else path.stem), raw.strip()
+    if heading:
+        return heading.group(1).strip(), raw.strip()
+    # Plain text: a short first line that is no sentence is its title ("GNU GENERAL PUBLIC LICENSE").
+    first = next((line.strip().strip('"') for line in raw.splitlines() if line.strip()), "")
+    titled = 0 < len(first) <= 60 and not first.endswith((".", ":", ",")) and re.search(r"[A-Za-z]", first)
+    return (first if titled else path.stem), raw.strip()
 
 
 def chunk_text(text: str, limit: int = CHUNK_CHARS) -> list[str]:
@@ -124,10 +140,22 @@ STOPWORDS = frozenset(
 )
 
 
+# A spoken "version three" is the texts' "Version 3": whisper writes numbers either way.
+NUMBERS = {word: str(n) for n, word in enumerate("zero one two three four five six seven eight nine ten".split())}
+
+
+def digits(text: str) -> str:
+    """Number words as digits, as the texts write them: "version two point one" is "version 2.1"."""
+    text = re.sub(r"\b(" + "|".join(NUMBERS) + r")\b", lambda m: NUMBERS[m.group(1)], text)
+    return re.sub(r"\b(\d+) point (\d+)\b", r"\1.\2", text)
+
+
 def fts_query(text: str) -> str:
-    """A question as an FTS5 query: its content words quoted (no syntax errors), any may match."""
-    words = [w for w in dict.fromkeys(re.findall(r"\w+", text.lower())) if len(w) > 1]
+    """A question as an FTS5 query: its content words quoted (no syntax errors), any may match;
+    number words also as digits."""
+    words = [w for w in dict.fromkeys(re.findall(r"\w+", text.lower())) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
+    content += [NUMBERS[w] for w in content if w in NUMBERS and NUMBERS[w] not in content]
     return " OR ".join(f'"{w}"' for w in content)
 
 
@@ -140,6 +168,7 @@ class KnowledgeBase:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+        self._found_names: dict[str, _Name] | None = None  # read from the chunks on first use, after each index
 
     def close(self) -> None:
         self._db.close()
@@ -183,21 +212,108 @@ class KnowledgeBase:
                 self._db.execute("DELETE FROM files WHERE path = ?", (gone,))
                 report.removed += 1
             self._db.commit()
+            self._found_names = None
         return report
 
+    def vocabulary(self, limit: int = VOCABULARY_WORDS) -> list[str]:
+        """The names this knowledge base is about, for whisper to expect (GNU, Mozilla, Netscape),
+        in the most documents first, then the most often."""
+        names = self._names()
+        return sorted(names, key=lambda w: (-len(names[w].paths), -names[w].count, w))[:limit]
+
+    def _names(self) -> dict[str, "_Name"]:
+        """Acronyms of up to five capitals, and words written capitalized inside sentences, that the
+        texts never write in lower case (outside addresses such as gnu.org); read once per index."""
+        with self._lock:
+            if self._found_names is not None:
+                return self._found_names
+            texts = self._db.execute("SELECT path, text FROM chunks").fetchall()
+        lower: set[str] = set()
+        names: dict[str, _Name] = {}
+        for path, text in texts:
+            text = ADDRESS.sub(" ", text)
+            for match in re.finditer(r"\b[A-Za-z][A-Za-z0-9]+\b", text):
+                word = match.group()
+                if word[0].islower():
+                    lower.add(word.lower())
+                    continue
+                acronym = word.isupper() and len(word) <= 5
+                inside = re.search(r"[A-Za-z0-9,;:)] $", text[max(0, match.start() - 2):match.start()])
+                if len(word) > 2 and word.lower() not in STOPWORDS and (acronym or (inside and not word.isupper())):
+                    name = names.setdefault(word, _Name())
+                    name.paths.add(path)
+                    name.count += 1
+        found = {word: name for word, name in names.items() if word.lower() not in lower}
+        with self._lock:
+            self._found_names = found
+        return found
+
+    def named_documents(self, question: str) -> set[str] | None:
+        """The documents a question names: those whose title it says word for word ("the GNU General
+        Public License" is not the GNU Lesser one), the longest title first; else, of the documents
+        that mention any of the knowledge base's names the question uses ("Apache", "Mozilla"), the
+        ones that mention the most of them. None when it does neither."""
+        asked = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
+        with self._lock:
+            titles = self._db.execute("SELECT DISTINCT path, title FROM chunks").fetchall()
+        # A title's version is left out: "Mozilla Public License Version 2.0" is said "version two".
+        said = [(len(words), path) for path, title in titles
+                if len(words := re.findall(r"[a-z0-9]+", re.split(r"(?i)\bversion\b", title)[0].lower())) > 1
+                and f" {' '.join(words)} " in asked]
+        if said:
+            longest = max(length for length, _ in said)
+            return self._of_version({path for length, path in said if length == longest}, question)
+        names = {word.lower(): name for word, name in self._names().items()}
+        used = [names[w] for w in dict.fromkeys(re.findall(r"\w+", question.lower())) if w in names]
+        mentions = Counter(path for name in used for path in name.paths)
+        if not mentions:
+            return None
+        most = max(mentions.values())
+        return self._of_version({path for path, count in mentions.items() if count == most}, question)
+
+    def _of_version(self, paths: set[str], question: str) -> set[str]:
+        """Of `paths`, those whose opening states the version the question asks about ("version two
+        point one": "Version 2.1"), if the question asks about one and some do."""
+        asked = re.search(r"\bversion (\d+(?:\.\d+)?)", digits(question.lower()))
+        if not asked:
+            return paths
+        pattern = re.compile(rf"\bversion {re.escape(asked.group(1))}(?!\d|\.[1-9])", re.IGNORECASE)
+        stated = {path for path in paths if (opening := self._opening(path)) and pattern.search(opening.text[:500])}
+        return stated or paths
+
     def search(self, query: str, limit: int = 3) -> list[SearchResult]:
+        """The best passages for `query` by BM25, from the documents it names if it names any
+        (a question about the Apache license gets no MPL passages)."""
         match = fts_query(query)
         if not match:
             return []
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT path, title, text, bm25(chunks) AS score FROM chunks WHERE chunks MATCH ? "
-                "ORDER BY score LIMIT ?", (match, limit),
-            ).fetchall()
+        named = self.named_documents(query)
+        rows = (self._ranked(match, limit, named) if named else []) or self._ranked(match, limit, None)
         # BM25 scores are negative, best first: results far weaker than the best one are noise that
         # would cost the model seconds of prefill, so they are left out.
         best = rows[0][3] if rows else 0.0
-        return [SearchResult(p, t, text[:RESULT_CHARS], s) for p, t, text, s in rows if s <= best * RELEVANCE]
+        found = [SearchResult(p, t, text[:RESULT_CHARS], s) for p, t, text, s in rows if s <= best * RELEVANCE]
+        if named and found:
+            # The opening of the document asked about says what it is (its version, date, author),
+            # which a question about it often wants and its body rarely repeats.
+            opening = self._opening(found[0].path)
+            if opening is not None and all(r.text != opening.text for r in found):
+                found = [opening, *found[:limit - 1]]
+        return found
+
+    def _opening(self, path: str) -> SearchResult | None:
+        with self._lock:
+            row = self._db.execute("SELECT path, title, text FROM chunks WHERE path = ? ORDER BY rowid LIMIT 1",
+                                   (path,)).fetchone()
+        return SearchResult(row[0], row[1], row[2][:RESULT_CHARS], 0.0) if row else None
+
+    def _ranked(self, match: str, limit: int, paths: set[str] | None) -> list[tuple]:
+        within = f" AND path IN ({', '.join('?' * len(paths))})" if paths else ""
+        with self._lock:
+            return self._db.execute(
+                f"SELECT path, title, text, bm25(chunks) AS score FROM chunks WHERE chunks MATCH ?{within} "
+                "ORDER BY score LIMIT ?", (match, *sorted(paths or ()), limit),
+            ).fetchall()
 
     def size(self) -> tuple[int, int]:
         with self._lock:

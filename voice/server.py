@@ -77,6 +77,8 @@ class Service:
     def __init__(self, config: Config, llm, stt, tts, store: SessionStore, knowledge: KnowledgeBase | None):
         self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
         self.store, self.knowledge = store, knowledge
+        # Whisper expects the knowledge base's names: "GNU" rather than "G&U" (README: Research).
+        self.hotwords = " ".join(knowledge.vocabulary()) if knowledge is not None else ""
         framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
         self.research = Research(config.research, knowledge, spoken_tokens=config.voice_research_tokens,
                                  count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
@@ -99,6 +101,11 @@ class Service:
         knowledge = KnowledgeBase(config.knowledge_path) if config.knowledge_path.exists() else None
         return cls(config, llm or load_llm(config), stt or load_stt(config), tts or load_tts(config),
                    SessionStore(config.database), knowledge)
+
+    def transcribe(self, audio: bytes, rate: int = 24_000):
+        """What whisper hears in `audio`, expecting the knowledge base's names; blocking, so callers
+        run it in a worker thread. Drafts, commits and Wyoming audio all come through here."""
+        return self.stt.transcribe(audio, rate, hotwords=self.hotwords)
 
     # HTTP and the handshake ------------------------------------------------------------------
     def owner(self, request: Request) -> str | None:

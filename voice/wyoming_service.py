@@ -141,7 +141,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._error("audio-stop before audio-start", "audio_not_started")
             return
         audio, self.audio = bytes(self.audio), None
-        transcript = await asyncio.to_thread(self.service.stt.transcribe, audio, self.rate)
+        transcript = await asyncio.to_thread(self.service.transcribe, audio, self.rate)
         for reply in (TranscriptStart(), TranscriptChunk(text=transcript.text), TranscriptStop(),
                       Transcript(text=transcript.text)):
             await self.write_event(reply.event())

@@ -40,7 +40,7 @@ async def transcribe_commit(conn, audio: bytes, item_id: str, draft=None) -> Non
     transcript = await asyncio.to_thread(from_draft, conn.service.stt, audio, draft)
     used_draft = transcript is not None
     if transcript is None:
-        transcript = await asyncio.to_thread(conn.service.stt.transcribe, audio, 24_000)
+        transcript = await asyncio.to_thread(conn.service.transcribe, audio)
     if not transcript.text:
         raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
     previous = await asyncio.to_thread(conn.service.store.messages, conn.session_id)

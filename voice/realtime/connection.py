@@ -188,7 +188,7 @@ class Connection:
         self.service.engine.hearing()
         try:
             if self.inbox.empty():
-                text = (await asyncio.to_thread(self.service.stt.transcribe, effect.audio, 24_000)).text
+                text = (await asyncio.to_thread(self.service.transcribe, effect.audio)).text
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
         finally:
