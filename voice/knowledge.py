@@ -3,7 +3,8 @@
 `parlour index DIR` builds it; re-indexing reads only files whose size or modification time changed
 (and re-chunks only those whose content hash changed), and forgets files that are gone. `search`
 returns a few results of at most 4,000 characters each, the research tool's result size in the
-decision record.
+decision record; a question that names documents is answered from them (`named_documents`).
+`vocabulary` gives the names the texts are about, for whisper to expect.
 """
 
 from __future__ import annotations
@@ -216,10 +217,21 @@ class KnowledgeBase:
         return report
 
     def vocabulary(self, limit: int = VOCABULARY_WORDS) -> list[str]:
-        """The names this knowledge base is about, for whisper to expect (GNU, Mozilla, Netscape),
-        in the most documents first, then the most often."""
+        """The words whisper should expect: the documents' titles' words first (Apache, Mozilla:
+        what a question names), then the names the texts use (GNU, Netscape), in the most documents
+        first, then the most often. Measured: a defined term among the names ("Opaque", from the
+        GFDL) once turned a spoken "Apache" into "Opaque" while the titles were not yet first."""
+        with self._lock:
+            titles = [row[0] for row in self._db.execute("SELECT DISTINCT title FROM chunks ORDER BY title")]
+        words = [w if not w.isupper() or len(w) <= 5 else w.capitalize()
+                 for title in titles for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)
+                 if len(w) > 2 and w.lower() not in STOPWORDS]
         names = self._names()
-        return sorted(names, key=lambda w: (-len(names[w].paths), -names[w].count, w))[:limit]
+        ranked = sorted(names, key=lambda w: (-len(names[w].paths), -names[w].count, w))
+        first: dict[str, str] = {}
+        for word in words + ranked:
+            first.setdefault(word.lower(), word)
+        return list(first.values())[:limit]
 
     def _names(self) -> dict[str, "_Name"]:
         """Acronyms of up to five capitals, and words written capitalized inside sentences, that the
