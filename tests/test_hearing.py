@@ -38,8 +38,8 @@ def test_the_vocabulary_is_the_names_the_texts_never_write_in_lower_case(tmp_pat
     knowledge = KnowledgeBase(tmp_path / "knowledge.sqlite3")
     knowledge.index(tmp_path / "docs")
     names = knowledge.vocabulary()
-    assert names[0] == "GNU"  # in both documents, and most often
-    assert {"Foundation", "Boston", "Invariant"} <= set(names)
+    assert names[:3] == ["Documentation", "GNU", "licenses"]  # the titles' words first
+    assert {"Foundation", "Boston", "Invariant"} <= set(names[3:])  # then names the texts use
     # Not names: words written in lower case too ("version"), capitalized only where a sentence or
     # a heading begins ("Its", "See", "Write"), stop words, and the address gnu.org.
     assert not {"Version", "The", "Its", "See", "Write", "gnu"} & set(names)
@@ -51,7 +51,7 @@ def test_whisper_hears_the_names_of_the_knowledge_base(tmp_path, stt, tts, make_
     clips = [b"".join(tts.synthesize(text, rate=24_000)) for text in ASKED]
     unbiased = [stt.transcribe(clip, 24_000).text for clip in clips]
     server = make_server()
-    assert server.service.hotwords.split()[0] == "GNU"
+    assert "GNU" in server.service.hotwords.split()
     biased = [server.service.transcribe(clip).text for clip in clips]
     assert all(heard_gnu(text) for text in biased), biased
     assert sum(heard_gnu(text) for text in unbiased) < len(clips), unbiased  # the bias is what made the difference
