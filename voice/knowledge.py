@@ -169,7 +169,9 @@ class KnowledgeBase:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
-        self._found_names: dict[str, _Name] | None = None  # read from the chunks on first use, after each index
+        # Read from the chunks on first use, and again after each index.
+        self._found_names: dict[str, _Name] | None = None
+        self._found_titles: dict[str, str] | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -213,7 +215,7 @@ class KnowledgeBase:
                 self._db.execute("DELETE FROM files WHERE path = ?", (gone,))
                 report.removed += 1
             self._db.commit()
-            self._found_names = None
+            self._found_names = self._found_titles = None
         return report
 
     def vocabulary(self, limit: int = VOCABULARY_WORDS) -> list[str]:
@@ -221,8 +223,7 @@ class KnowledgeBase:
         what a question names), then the names the texts use (GNU, Netscape), in the most documents
         first, then the most often. Measured: a defined term among the names ("Opaque", from the
         GFDL) once turned a spoken "Apache" into "Opaque" while the titles were not yet first."""
-        with self._lock:
-            titles = [row[0] for row in self._db.execute("SELECT DISTINCT title FROM chunks ORDER BY title")]
+        titles = sorted(set(self._titles().values()))
         words = [w if not w.isupper() or len(w) <= 5 else w.capitalize()
                  for title in titles for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)
                  if len(w) > 2 and w.lower() not in STOPWORDS]
@@ -232,6 +233,13 @@ class KnowledgeBase:
         for word in words + ranked:
             first.setdefault(word.lower(), word)
         return list(first.values())[:limit]
+
+    def _titles(self) -> dict[str, str]:
+        """Each document's title by its path; read once per index, since every search asks."""
+        with self._lock:
+            if self._found_titles is None:
+                self._found_titles = dict(self._db.execute("SELECT DISTINCT path, title FROM chunks"))
+            return self._found_titles
 
     def _names(self) -> dict[str, "_Name"]:
         """Acronyms of up to five capitals, and words written capitalized inside sentences, that the
@@ -266,8 +274,7 @@ class KnowledgeBase:
         that mention any of the knowledge base's names the question uses ("Apache", "Mozilla"), the
         ones that mention the most of them. None when it does neither."""
         asked = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
-        with self._lock:
-            titles = self._db.execute("SELECT DISTINCT path, title FROM chunks").fetchall()
+        titles = self._titles().items()
         # A title's version is left out: "Mozilla Public License Version 2.0" is said "version two".
         said = [(len(words), path) for path, title in titles
                 if len(words := re.findall(r"[a-z0-9]+", re.split(r"(?i)\bversion\b", title)[0].lower())) > 1
