@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import signal
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
@@ -34,7 +35,10 @@ from websockets.protocol import State
 
 from models.engine import cpu_features
 from models.remote_llm import RemoteLanguageModel
+from voice import http_api
+from voice.chat import routes as chat_routes
 from voice.config import Config
+from voice.front_door import front_door
 from voice.realtime.connection import Connection
 from voice.hosts import HostCheck
 from voice.knowledge import KnowledgeBase
@@ -45,7 +49,6 @@ from voice.turns import TurnEngine
 log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
 PAGE = Path(__file__).parent / "clients" / "page.html"
-KEY_PROTOCOL = "openai-insecure-api-key."
 MAX_UNREAD_MESSAGES = 4
 
 
@@ -61,16 +64,6 @@ def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
 
 def json_response(status: HTTPStatus, data: object) -> Response:
     return _response(status, json.dumps(data).encode(), "application/json")
-
-
-def presented_key(request: Request) -> str | None:
-    authorization = request.headers.get("Authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
-        if protocol.strip().startswith(KEY_PROTOCOL):
-            return protocol.strip()[len(KEY_PROTOCOL):]
-    return None
 
 
 class Service:
@@ -92,6 +85,8 @@ class Service:
         self.port: int | None = None
         self.hosts: HostCheck | None = None  # set once the port is known
         self.admitted: set[ServerConnection] = set()  # websocket connections let in, until they close
+        self.started = time.time()
+        self.http_connections: set[asyncio.Task] = set()
 
     @classmethod
     def load(cls, config: Config, llm=None, stt=None, tts=None) -> "Service":
@@ -107,54 +102,83 @@ class Service:
         run it in a worker thread. Drafts, commits and Wyoming audio all come through here."""
         return self.stt.transcribe(audio, rate, hotwords=self.hotwords)
 
-    # HTTP and the handshake ------------------------------------------------------------------
     def owner(self, request: Request) -> str | None:
-        """The owner a request acts for: "" without API keys, None if its key is missing or wrong."""
-        if not self.owners:
-            return ""
-        key = presented_key(request)
-        owner = owner_of(key) if key else None
-        return owner if owner in self.owners else None
+        """The owner a websocket handshake acts for (see `owner_of_key`)."""
+        return self.owner_of_key(http_api.presented_key(request.headers.get("Authorization", ""),
+                                               request.headers.get("Sec-WebSocket-Protocol", "")))
 
-    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        url = urlsplit(request.path)
-        hosts = request.headers.get_all("Host")
+    # HTTP and the handshake ------------------------------------------------------------------
+    def refusal(self, hosts: list[str], origins: list[str]) -> str | None:
+        """Why a request (HTTP or websocket) is refused before anything else, or None."""
         host = hosts[0] if len(hosts) == 1 else ", ".join(hosts)
         if len(hosts) != 1 or not self.hosts.names_server(host):
             # A page on a rebinding domain sends its own Host (and a matching Origin).
-            return plain_response(HTTPStatus.FORBIDDEN, f"403 Forbidden: the Host {host!r} does not name this server "
-                                                        "(add it to allowed_hosts to serve it)")
-        origin = ", ".join(request.headers.get_all("Origin"))
+            return f"403 Forbidden: the Host {host!r} does not name this server (add it to allowed_hosts to serve it)"
+        origin = ", ".join(origins)
         if origin and not self.hosts.origin_allowed(origin):
             # A page from another site may not drive this service through the user's browser.
-            return plain_response(HTTPStatus.FORBIDDEN, f"403 Forbidden: cross-origin requests are refused: {origin}")
-        if url.path == "/":
-            return _response(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
-        if url.path == "/healthz":
-            health = {"status": "ok", "model": self.llm.name, "backend": "local",
-                      "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}", "voice": self.voice_name,
-                      "waiting": self.engine.waiting}
-            if isinstance(self.llm, RemoteLanguageModel):
-                health.update(backend=self.llm.url, model_server=await asyncio.to_thread(self.llm.ping),
-                              measured_by=self.llm.measured_by)
-            else:
-                health["engine"] = {"cpu_features": cpu_features(), **self.llm.engine.as_json()}
-            return json_response(HTTPStatus.OK, health)
-        if url.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
+            return f"403 Forbidden: cross-origin requests are refused: {origin}"
+        return None
+
+    def owner_of_key(self, key: str | None) -> str | None:
+        """The owner a key acts for: "" without API keys, None if the key is missing or wrong."""
+        if not self.owners:
+            return ""
+        owner = owner_of(key) if key else None
+        return owner if owner in self.owners else None
+
+    def scope(self, owner: str) -> str | None:
+        """The owner whose sessions a caller sees: without keys, every session is the user's."""
+        return owner if self.owners else None
+
+    async def http(self, request: http_api.Request) -> http_api.Reply:
+        """Plain HTTP requests: the pages, the figures, and the chat APIs (voice.chat)."""
+        if refused := self.refusal(request.headers_named("host"), request.headers_named("origin")):
+            return http_api.text_reply(HTTPStatus.FORBIDDEN, refused)
+        if request.method == "GET" and request.path == "/":
+            return http_api.Reply(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
+        if request.method == "GET" and request.path == "/healthz":
+            return http_api.json_reply(HTTPStatus.OK, await self.health())
+        if request.path in chat_routes.PATHS:
+            return await chat_routes.serve(self, request)
+        if request.path not in (REALTIME_PATH, "/v1/sessions", "/v1/figures"):
+            return http_api.json_reply(HTTPStatus.NOT_FOUND, {"error": f"no such path: {request.path}"})
+        owner = self.owner_of_key(http_api.presented_key(request.header("authorization") or ""))
+        if owner is None:
+            return http_api.json_reply(HTTPStatus.UNAUTHORIZED, {"error": "a valid API key is required"})
+        if request.path == REALTIME_PATH:
+            return http_api.text_reply(HTTPStatus.UPGRADE_REQUIRED,
+                                       f"426 Upgrade Required: {REALTIME_PATH} takes websocket connections")
+        sessions = await asyncio.to_thread(self.store.list, self.scope(owner))
+        if request.path == "/v1/sessions":
+            return http_api.json_reply(HTTPStatus.OK, [
+                {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages} for s in sessions if s.messages])
+        mine = {s.id for s in sessions}
+        return http_api.json_reply(HTTPStatus.OK, [f for f in self.engine.recent if f["session_id"] in mine])
+
+    async def health(self) -> dict:
+        health = {"status": "ok", "model": self.llm.name, "backend": "local",
+                  "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}", "voice": self.voice_name,
+                  "waiting": self.engine.waiting}
+        if isinstance(self.llm, RemoteLanguageModel):
+            health.update(backend=self.llm.url, model_server=await asyncio.to_thread(self.llm.ping),
+                          measured_by=self.llm.measured_by)
+        else:
+            health["engine"] = {"cpu_features": cpu_features(), **self.llm.engine.as_json()}
+        return health
+
+    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The websocket handshake (voice.front_door sends only upgrades here)."""
+        url = urlsplit(request.path)
+        if refused := self.refusal(request.headers.get_all("Host"), request.headers.get_all("Origin")):
+            return plain_response(HTTPStatus.FORBIDDEN, refused)
+        if url.path != REALTIME_PATH:
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such path: {url.path}"})
         owner = self.owner(request)
         if owner is None:
             return json_response(HTTPStatus.UNAUTHORIZED, {"error": "a valid API key is required"})
-        scope = owner if self.owners else None  # without keys, every session is the user's
-        if url.path == "/v1/sessions":
-            return json_response(HTTPStatus.OK, [
-                {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages}
-                for s in await asyncio.to_thread(self.store.list, scope) if s.messages])
-        if url.path == "/v1/figures":
-            mine = {s.id for s in await asyncio.to_thread(self.store.list, scope)}
-            return json_response(HTTPStatus.OK, [f for f in self.engine.recent if f["session_id"] in mine])
         session_id = (parse_qs(url.query).get("session_id") or [""])[0]
-        if session_id and not await asyncio.to_thread(self.store.exists, session_id, owner if self.owners else None):
+        if session_id and not await asyncio.to_thread(self.store.exists, session_id, self.scope(owner)):
             return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such session: {session_id}"})
         self.admitted = {c for c in self.admitted if c.state is not State.CLOSED}
         if len(self.admitted) >= self.config.max_connections:
@@ -189,12 +213,24 @@ class Service:
         audio = self.config.max_audio_seconds * 48_000 * 4 // 3
         return max(self.config.max_text_chars * 4, audio) + 65_536
 
+    async def serve_http(self, reader, writer) -> None:
+        """One plain HTTP connection (voice.front_door), until it closes or the service stops."""
+        task = asyncio.current_task()
+        self.http_connections.add(task)
+        try:
+            await http_api.serve_http(reader, writer, self.http, max_body=self.max_message_bytes())
+        except asyncio.CancelledError:
+            writer.close()  # the service is stopping: an idle keep-alive connection just closes
+        finally:
+            self.http_connections.discard(task)
+
     async def serve(self, ready: Callable[[int], None] | None = None, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set (or SIGINT/SIGTERM when none is given)."""
         stop = stop or asyncio.Event()
         async with serve(
             self.handle, self.config.host, self.config.port, process_request=self.process_request,
             select_subprotocol=self.select_subprotocol, max_size=self.max_message_bytes(),
+            create_connection=front_door(self.serve_http),
             # At most this many received messages wait unread per connection (each up to max_size):
             # beyond it the socket is not read, so a connection busy with a turn holds little memory.
             max_queue=MAX_UNREAD_MESSAGES, ping_interval=30, ping_timeout=60,
@@ -218,6 +254,9 @@ class Service:
             if ready:  # after the handlers: a stop asked for once the service says it listens is a clean one
                 ready(self.port)
             await stop.wait()
+            for task in list(self.http_connections):
+                task.cancel()
+            await asyncio.gather(*self.http_connections, return_exceptions=True)
             if wyoming is not None:
                 await wyoming.stop()
         await self.engine.idle()

@@ -54,6 +54,13 @@ CREATE TABLE IF NOT EXISTS summaries (
     created REAL NOT NULL,
     PRIMARY KEY (session_id, start, end)
 );
+CREATE TABLE IF NOT EXISTS threads (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    updated REAL NOT NULL,
+    PRIMARY KEY (owner, key)
+);
 """
 
 
@@ -344,6 +351,22 @@ class SessionStore:
     def summaries(self, session_id: str) -> list[Summary]:
         rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end", (session_id,))
         return [Summary(r["start"], r["end"], r["text"]) for r in rows]
+
+    # Threads: how a stateless chat client's conversations find their sessions (voice.chat.thread) --
+    def thread(self, owner: str, key: str) -> str | None:
+        rows = self._read("SELECT session_id FROM threads WHERE owner = ? AND key = ?", (owner, key))
+        return rows[0]["session_id"] if rows else None
+
+    def save_thread(self, owner: str, key: str, session_id: str, only: bool = False) -> None:
+        """Let `key` lead to the session; with `only`, the session's other keys of the same kind
+        (the part before the first ':') are forgotten."""
+        with self._transaction():
+            if only:
+                kind = key.split(":", 1)[0] + ":"
+                self._db.execute("DELETE FROM threads WHERE session_id = ? AND substr(key, 1, ?) = ?",
+                           (session_id, len(kind), kind))
+            self._db.execute("INSERT OR REPLACE INTO threads (owner, key, session_id, updated) VALUES (?, ?, ?, ?)",
+                       (owner, key, session_id, time.time()))
 
     # Export and import ------------------------------------------------------------------------
     def import_messages(self, messages: list[dict], owner: str = "", default_instructions: str = "") -> str:

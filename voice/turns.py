@@ -130,13 +130,15 @@ class TurnEngine:
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
                       max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
-                      spoken: bool = False) -> AsyncIterator[TurnEvent]:
+                      spoken: bool = False, temperature: float | None = None) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question (or the client's function results), yielding research,
         text deltas, the client's function calls and finally `done`.
 
         `tools` are the client's functions (OpenAI chat tool specs), offered beside `search` under
         `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}). A `spoken`
         turn's research is cut to the sentences that bear on the question (voice.research).
+
+        `temperature` is the client's, else the service's.
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
@@ -161,7 +163,8 @@ class TurnEngine:
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
-                                              tools or [], tool_choice, question if spoken else None):
+                                              tools or [], tool_choice, question if spoken else None,
+                                              self.temperature if temperature is None else temperature):
                 if event.kind == "calls":
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
@@ -197,7 +200,7 @@ class TurnEngine:
 
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
                         row: ReplyRow, tools: list[dict], tool_choice,
-                        spoken_question: str | None) -> AsyncIterator[TurnEvent]:
+                        spoken_question: str | None, temperature: float) -> AsyncIterator[TurnEvent]:
         """Fit and stream. Under the `model` policy a reply that calls `search` runs it, then answers;
         a reply that calls one of the client's `tools` ends the turn with those calls."""
         unused = ""
@@ -221,7 +224,7 @@ class TurnEngine:
             # called the same function again.
             after_results = result.messages[-1]["role"] == "tool"
             reply = await asyncio.to_thread(
-                self.llm.stream, result.messages, max_tokens or self.reply_tokens, self.temperature, native,
+                self.llm.stream, result.messages, max_tokens or self.reply_tokens, temperature, native,
                 open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
             # With tools offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a search is not run again, only kept out of the reply.

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Can the model control a home through Parlour? Twenty Home Assistant commands over the Ollama API.
+
+Each command goes to a real Parlour server through the `ollama` package's AsyncClient, as Home
+Assistant's Ollama integration sends it: HA's Assist tools (tests/home_assistant.py), a system
+prompt with the time, the instructions and 16 exposed entities, `options.num_ctx` and `keep_alive`.
+A command is right when the reply's first tool calls include the expected tool with the expected
+arguments (names and areas compared without case; a state question is right with GetLiveContext).
+When the reply calls a tool, its result goes back as HA sends it and the spoken reply is read.
+
+Two ways, since that is where small models differ:
+- fresh: each command is a new conversation with no history (the device's stored session is
+  removed first, so Parlour's device memory cannot add any);
+- remembered: the commands follow one another as Parlour keeps them: the device's memory
+  replays the earlier commands, their calls and replies.
+
+It prints per command: the calls, right or wrong, seconds to the reply's end and the prompt tokens
+evaluated; then for each way the right count and the median seconds.
+
+Run: .venv/bin/python scripts/eval_home.py [--profile qwen2.5-coder-0.5b] [--only fresh|remembered]
+     [--llm-url http://127.0.0.1:8080/v1]   (a remote model: llama.cpp's server or vLLM)
+It prints figures; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import ollama  # noqa: E402
+
+from tests import home_assistant as ha  # noqa: E402
+from tests.realtime import RunningServer  # noqa: E402
+from voice.config import Config  # noqa: E402
+from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
+
+# (command, tool, arguments it must have; a value "" means the argument must be there, any value)
+COMMANDS = [
+    ("Turn on the kitchen light.", "HassTurnOn", {"name": "kitchen light"}),
+    ("Turn off the porch light.", "HassTurnOff", {"name": "porch light"}),
+    ("Set the bedroom light to 40 percent.", "HassLightSet", {"name": "bedroom light", "brightness": 40}),
+    ("Is the front door locked?", "GetLiveContext", {}),
+    ("Lock the front door.", "HassTurnOn", {"name": "front door"}),
+    ("Turn on the living room lamp.", "HassTurnOn", {"name": "living room lamp"}),
+    ("Switch off the office heater.", "HassTurnOff", {"name": "office heater"}),
+    ("Set the thermostat to 21 degrees.", "HassClimateSetTemperature", {"temperature": 21}),
+    ("Dim the office desk light to 10 percent.", "HassLightSet", {"name": "office desk light", "brightness": 10}),
+    ("Turn on the bathroom fan.", "HassTurnOn", {"name": "bathroom fan"}),
+    ("Pause the TV.", "HassMediaPause", {"name": "tv"}),
+    ("Add milk to the shopping list.", "HassListAddItem", {"item": "milk"}),
+    ("Open the garage door.", "HassTurnOn", {"name": "garage door"}),
+    ("Turn off the hallway light.", "HassTurnOff", {"name": "hallway light"}),
+    ("Turn on the garden sprinkler.", "HassTurnOn", {"name": "garden sprinkler"}),
+    ("Turn the bedside lamp off.", "HassTurnOff", {"name": "bedside lamp"}),
+    ("Make the living room lamp red.", "HassLightSet", {"name": "living room lamp", "color": "red"}),
+    ("Is the kitchen ceiling fan on?", "GetLiveContext", {}),
+    ("Unlock the front door.", "HassTurnOff", {"name": "front door"}),
+    ("Turn off all the lights in the kitchen.", "HassTurnOff", {"area": "kitchen"}),
+]
+
+
+def right(calls: list, tool: str, wanted: dict) -> bool:
+    for call in calls:
+        if call.function.name != tool:
+            continue
+        given = {k: v.lower() if isinstance(v, str) else v for k, v in dict(call.function.arguments).items()}
+        if all(k in given and (v == "" or given[k] == v or str(given[k]) == str(v)) for k, v in wanted.items()):
+            return True
+    return False
+
+
+async def command(client: ollama.AsyncClient, history: list[dict], text: str) -> tuple[list, str, float, int]:
+    """One command as HA sends it, its tool results answered as HA answers them."""
+    messages = history + [{"role": "user", "content": text}]
+    started = time.perf_counter()
+    first_calls, spoken, evaluated = None, "", 0
+    for _round in range(3):
+        reply = await client.chat(model="parlour:latest", messages=[{"role": "system", "content": ha.system_prompt()},
+                                                                    *messages],
+                                  tools=ha.TOOLS, options={"num_ctx": 8192}, keep_alive="300s")
+        evaluated += reply.prompt_eval_count or 0
+        calls = list(reply.message.tool_calls or [])
+        first_calls = calls if first_calls is None else first_calls
+        if not calls:
+            spoken = reply.message.content or ""
+            messages.append({"role": "assistant", "content": spoken})
+            break
+        messages.append({"role": "assistant", "content": reply.message.content or "", "tool_calls": [
+            {"function": {"name": c.function.name, "arguments": dict(c.function.arguments)}} for c in calls]})
+        messages += [{"role": "tool", "content": ha.tool_result(c.function.name, dict(c.function.arguments))}
+                     for c in calls]
+    history[:] = messages
+    return first_calls or [], spoken, time.perf_counter() - started, evaluated
+
+
+async def run(server: RunningServer, way: str) -> tuple[int, list[float]]:
+    client = ollama.AsyncClient(host=f"http://127.0.0.1:{server.port}")
+    store = server.service.store
+    wins, seconds = 0, []
+    print(f"\n{way}: {'each command a new conversation' if way == 'fresh' else 'the device remembers'}")
+    for number, (text, tool, wanted) in enumerate(COMMANDS, 1):
+        if way == "fresh":
+            for session in store.list():
+                store.delete(session.id)
+        calls, spoken, took, evaluated = await command(client, [], text)
+        ok = right(calls, tool, wanted)
+        wins += ok
+        seconds.append(took)
+        shown = ", ".join(f"{c.function.name}({json.dumps(dict(c.function.arguments))})" for c in calls) or "no call"
+        print(f"{number:2d} {'right' if ok else 'WRONG'} {took:5.1f}s eval {evaluated:5d}  {text}\n"
+              f"     calls: {shown}\n     said: {spoken[:100]!r}")
+    return wins, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="", help="language model profile (default: the default profile)")
+    parser.add_argument("--llm-url", default="", help="an OpenAI-compatible model server instead of the local model")
+    parser.add_argument("--only", choices=("fresh", "remembered"))
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="parlour-home-"))
+    config = Config(data_dir=str(work / "data"), llm_model=args.profile, llm_url=args.llm_url,
+                    reply_tokens=96, temperature=0.0, threads=2)
+    llm = load_llm(config)
+    server = RunningServer(config, llm, load_stt(config), load_tts(config))
+    print(f"model: {llm.name}; {len(COMMANDS)} commands, {len(ha.ENTITIES)} entities, {len(ha.TOOLS)} tools")
+    results = {}
+    try:
+        for way in ("fresh", "remembered"):
+            if args.only in (None, way):
+                results[way] = asyncio.run(run(server, way))
+    finally:
+        server.stop()
+    print()
+    for way, (wins, seconds) in results.items():
+        print(f"{way:10s} right {wins}/{len(COMMANDS)}  median {statistics.median(seconds):.1f} s to the reply's end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The chat APIs' HTTP routes: Ollama's under `/api/`, OpenAI's under `/v1/`. Both parse into one
+`ChatRequest` and are answered by `voice.chat.turn.answer`; only the shapes differ.
+
+Every route needs a valid API key when keys are configured (`Authorization: Bearer KEY`), as the
+websocket does. The model is named `parlour` (Ollama: `parlour:latest`), whichever profile serves,
+so a client's setting survives a change of profile; `/api/show` says which model it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from pathlib import Path
+
+from fitting import FitError
+from models.remote_llm import ModelServerError, RemoteLanguageModel
+from voice import http_api
+from voice.chat import ollama, openai_chat
+from voice.chat.thread import BadHistory
+from voice.chat.turn import BadRequest, ChatRequest, answer
+from voice.turns import NothingToAnswer, ServerBusy, TurnEvent
+
+MODEL = "parlour"
+OLLAMA_MODEL = f"{MODEL}:latest"
+PATHS = ("/api/version", "/api/tags", "/api/ps", "/api/show", "/api/chat", "/api/pull",
+         "/v1/models", "/v1/chat/completions")
+_METHODS = {"/api/version": "GET", "/api/tags": "GET", "/api/ps": "GET", "/v1/models": "GET"}
+# The errors a turn can meet, with the status each API answers them with.
+_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST,
+             NothingToAnswer: HTTPStatus.BAD_REQUEST, FitError: HTTPStatus.BAD_REQUEST,
+             LookupError: HTTPStatus.NOT_FOUND, ServerBusy: HTTPStatus.SERVICE_UNAVAILABLE,
+             ModelServerError: HTTPStatus.BAD_GATEWAY}
+
+
+def _status(problem: Exception) -> HTTPStatus:
+    return next(status for kind, status in _PROBLEMS.items() if isinstance(problem, kind))
+
+
+def _served(name: str) -> bool:
+    return name in (MODEL, OLLAMA_MODEL)
+
+
+async def serve(service, request: http_api.Request) -> http_api.Reply:
+    is_ollama = request.path.startswith("/api/")
+
+    def refuse(status: HTTPStatus, message: str) -> http_api.Reply:
+        return http_api.json_reply(status, ollama.error(message) if is_ollama else openai_chat.error(
+            message, "authentication_error" if status == HTTPStatus.UNAUTHORIZED else "invalid_request_error"))
+
+    owner = service.owner_of_key(http_api.presented_key(request.header("authorization") or ""))
+    if owner is None:
+        return refuse(HTTPStatus.UNAUTHORIZED, "a valid API key is required")
+    method = _METHODS.get(request.path, "POST")
+    if request.method != method and not (request.method == "HEAD" and method == "GET"):
+        return refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.path} takes {method}")
+    try:
+        body = request.json() if method == "POST" else None
+        if request.path == "/api/version":
+            from importlib.metadata import version
+
+            return http_api.json_reply(HTTPStatus.OK, {"version": version("parlour")})
+        if request.path in ("/api/tags", "/api/ps"):
+            return http_api.json_reply(HTTPStatus.OK, {"models": [_tag(service)]})
+        if request.path == "/v1/models":
+            return http_api.json_reply(HTTPStatus.OK, {"object": "list", "data": [
+                {"id": MODEL, "object": "model", "created": int(service.started), "owned_by": "parlour"}]})
+        if request.path in ("/api/show", "/api/pull"):
+            name = (body or {}).get("model") or (body or {}).get("name") if isinstance(body, dict) else None
+            if not isinstance(name, str) or not _served(name):
+                raise LookupError(f"model '{name}' not found: this service serves {OLLAMA_MODEL}, "
+                                  "and downloads nothing")
+            if request.path == "/api/show":
+                return http_api.json_reply(HTTPStatus.OK, _show(service))
+            if body.get("stream", True) is False:
+                return http_api.json_reply(HTTPStatus.OK, {"status": "success"})
+            return http_api.Reply(HTTPStatus.OK, content_type="application/x-ndjson",
+                                  stream=_lines([{"status": "success"}]))
+        if request.path == "/api/chat":
+            return await _chat(service, owner, ollama.chat_request(body, service.engine.budget), True)
+        return await _chat(service, owner, openai_chat.chat_request(body), False)
+    except (ValueError, LookupError) as problem:
+        return refuse(HTTPStatus.NOT_FOUND if isinstance(problem, LookupError) else HTTPStatus.BAD_REQUEST,
+                      str(problem))
+
+
+async def _lines(items: list[dict]) -> AsyncIterator[bytes]:
+    for item in items:
+        yield ollama.line(item)
+
+
+def _details(service) -> dict:
+    return {"format": "gguf", "family": Path(service.llm.name).stem.split("-")[0],
+            "parameter_size": "", "quantization_level": ""}
+
+
+def _tag(service) -> dict:
+    path = getattr(service.llm, "path", None)
+    return {"name": OLLAMA_MODEL, "model": OLLAMA_MODEL, "modified_at": ollama.now(),
+            "size": path.stat().st_size if path else 0, "digest": "", "details": _details(service)}
+
+
+def _show(service) -> dict:
+    context = service.engine.budget + service.engine.reply_tokens
+    return {"modelfile": "", "parameters": f"num_ctx {context}", "template": "", "details": _details(service),
+            "model_info": {"general.name": service.llm.name, "parlour.context_length": context,
+                           "parlour.backend": "remote" if isinstance(service.llm, RemoteLanguageModel) else "local"},
+            "capabilities": ["completion", "tools"], "modified_at": ollama.now()}
+
+
+async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http_api.Reply:
+    if not _served(chat.model):
+        raise LookupError(f"model '{chat.model}' not found: this service serves "
+                          f"{OLLAMA_MODEL if is_ollama else MODEL}")
+    started = time.perf_counter()
+    if is_ollama and not any(m["role"] in ("user", "tool") for m in chat.messages):
+        # Ollama loads a model when asked to chat with no messages: this one is always loaded.
+        return http_api.json_reply(HTTPStatus.OK, {**ollama.final(OLLAMA_MODEL, {}, started), "done_reason": "load"})
+    events = answer(service, owner, chat)
+    try:
+        first = await anext(events)  # a request that fails before it starts gets its status
+    except tuple(_PROBLEMS) as problem:
+        status = _status(problem)
+        message = str(problem).strip("'\"")
+        return http_api.json_reply(status, ollama.error(message) if is_ollama else openai_chat.error(
+            message, "server_error" if status >= 500 else "invalid_request_error"))
+    if not chat.stream:
+        return await _whole(first, events, started, is_ollama)
+    render = _ollama_stream if is_ollama else _openai_stream
+    return http_api.Reply(HTTPStatus.OK, content_type="application/x-ndjson" if is_ollama else "text/event-stream",
+                          stream=render(first, events, chat, started))
+
+
+async def _whole(first: TurnEvent, events: AsyncIterator[TurnEvent], started: float, is_ollama: bool) -> http_api.Reply:
+    """A reply not streamed: all of it, then one JSON body (an error met on the way is its status)."""
+    text, calls = [], []
+    try:
+        async for event in _all(first, events):
+            if event.kind == "delta":
+                text.append(event.text)
+            elif event.kind == "calls":
+                calls += event.calls
+            elif event.kind == "done":
+                figures = event.figures
+    except tuple(_PROBLEMS) as problem:
+        status = _status(problem)
+        return http_api.json_reply(status, ollama.error(str(problem)) if is_ollama
+                                   else openai_chat.error(str(problem), "server_error"))
+    finally:
+        await events.aclose()
+    if is_ollama:
+        return http_api.json_reply(HTTPStatus.OK, ollama.final(OLLAMA_MODEL, figures, started, "".join(text), calls))
+    return http_api.json_reply(HTTPStatus.OK, openai_chat.Completion(MODEL).whole("".join(text), calls, figures))
+
+
+async def _all(first: TurnEvent, events: AsyncIterator[TurnEvent]) -> AsyncIterator[TurnEvent]:
+    yield first
+    async for event in events:
+        yield event
+
+
+async def _ollama_stream(first, events, chat: ChatRequest, started: float) -> AsyncIterator[bytes]:
+    try:
+        async for event in _all(first, events):
+            yield ollama.line(ollama.final(OLLAMA_MODEL, event.figures, started) if event.kind == "done"
+                              else ollama.piece(OLLAMA_MODEL, event))
+    except tuple(_PROBLEMS) as problem:  # the stream has begun: the error is its last line
+        yield ollama.line(ollama.error(str(problem)))
+    finally:
+        await events.aclose()
+
+
+async def _openai_stream(first, events, chat: ChatRequest, started: float) -> AsyncIterator[bytes]:
+    completion = openai_chat.Completion(MODEL)
+    yield openai_chat.event(completion.opening())
+    try:
+        async for event in _all(first, events):
+            if event.kind == "done":
+                yield openai_chat.event(completion.closing(event.figures))
+                if chat.include_usage:
+                    yield openai_chat.event(completion.usage_chunk(event.figures))
+            else:
+                yield openai_chat.event(completion.piece(event))
+    except tuple(_PROBLEMS) as problem:
+        yield openai_chat.event(openai_chat.error(str(problem), "server_error"))
+    finally:
+        await events.aclose()
+    yield openai_chat.event("[DONE]")

@@ -1,0 +1,63 @@
+"""One chat request, whichever API it came by: find its session, answer it with the turn engine.
+
+`ChatRequest` is the request in the OpenAI chat shape (both APIs are parsed into it), `answer`
+runs it: the conversation's session is found or made (voice.chat.thread), the turn engine
+researches, fits and streams the reply as for any other front end, and the history the client is
+left with is remembered. The events are the engine's own `TurnEvent`s, less research, which stays
+inside Parlour: "delta", "calls" (the client's functions to run) and "done" with the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from voice.chat.thread import open_thread, remember
+from voice.turns import TurnEvent
+
+
+class BadRequest(ValueError):
+    """A request the API answers with 400 and its own error shape."""
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    messages: list[dict]  # OpenAI chat messages; tool calls' arguments as JSON text
+    tools: list[dict] = field(default_factory=list)  # OpenAI function tool specs
+    tool_choice: str | dict | None = None
+    stream: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
+    device: str | None = None  # who is speaking, when the request says (voice.chat.thread)
+    include_usage: bool = False  # OpenAI's stream_options.include_usage
+
+
+async def answer(service, owner: str, request: ChatRequest) -> AsyncIterator[TurnEvent]:
+    """The reply's events. Closing the iterator early cancels the reply; what was sent is kept."""
+    session_id = await asyncio.to_thread(open_thread, service.store, owner, request.messages,
+                                         service.config.instructions, request.device)
+    cancel = threading.Event()
+    text: list[str] = []
+    calls: list[dict] = []
+    try:
+        async for event in service.engine.respond(
+                session_id, cancel, instructions=await asyncio.to_thread(service.store.instructions, session_id),
+                max_tokens=request.max_tokens, tools=request.tools, tool_choice=request.tool_choice,
+                temperature=request.temperature):
+            if event.kind == "research":
+                continue
+            if event.kind == "delta":
+                text.append(event.text)
+            elif event.kind == "calls":
+                calls += event.calls
+            elif event.kind == "done":
+                event.figures["session_id"] = session_id
+                reply = {"role": "assistant", "content": "".join(text), "tool_calls": calls}
+                await asyncio.to_thread(remember, service.store, owner, session_id,
+                                        request.messages + [reply], request.device)
+            yield event
+    finally:
+        cancel.set()  # a no-op after "done"; before it, the client left and the reply stops
