@@ -5,19 +5,20 @@ Each command goes to a real Parlour server through the `ollama` package's AsyncC
 Assistant's Ollama integration sends it: HA's Assist tools (tests/home_assistant.py), a system
 prompt with the time, the instructions and 16 exposed entities, `options.num_ctx` and `keep_alive`.
 A command is right when the reply's first tool calls include the expected tool with the expected
-arguments (names and areas compared without case; a state question is right with GetLiveContext).
+arguments (compared without case; a state question is right with GetLiveContext) and no argument
+that HA's intent matching would refuse (another area than the entity's, a floor, another domain).
 When the reply calls a tool, its result goes back as HA sends it and the spoken reply is read.
 
 Two ways, since that is where small models differ:
-- fresh: each command is a new conversation with no history (the device's stored session is
-  removed first, so Parlour's device memory cannot add any);
-- remembered: the commands follow one another as Parlour keeps them: the device's memory
-  replays the earlier commands, their calls and replies.
+- fresh: each command is a new conversation with no history (with `--device-memory`, Parlour's
+  device memory replays the earlier ones all the same);
+- continued: the commands follow one another in one conversation, as HA sends them within its
+  5-minute conversation window: the history holds the earlier commands, their calls and replies.
 
 It prints per command: the calls, right or wrong, seconds to the reply's end and the prompt tokens
 evaluated; then for each way the right count and the median seconds.
 
-Run: .venv/bin/python scripts/eval_home.py [--profile qwen2.5-coder-0.5b] [--only fresh|remembered]
+Run: .venv/bin/python scripts/eval_home.py [--profile qwen2.5-coder-0.5b] [--only fresh|continued]
      [--llm-url http://127.0.0.1:8080/v1]   (a remote model: llama.cpp's server or vLLM)
 It prints figures; it asserts nothing.
 """
@@ -68,12 +69,22 @@ COMMANDS = [
 
 
 def right(calls: list, tool: str, wanted: dict) -> bool:
+    """The expected tool with the expected arguments, and nothing HA's intent matching would refuse:
+    an entity's area must be its own, a domain must include its own, and this home has no floors."""
+    areas = {names.lower(): (domain, (where or "").lower()) for names, domain, where in ha.ENTITIES}
     for call in calls:
         if call.function.name != tool:
             continue
-        given = {k: v.lower() if isinstance(v, str) else v for k, v in dict(call.function.arguments).items()}
-        if all(k in given and (v == "" or given[k] == v or str(given[k]) == str(v)) for k, v in wanted.items()):
-            return True
+        given = {k: v.lower() if isinstance(v, str) else v for k, v in dict(call.function.arguments).items()
+                 if v not in (None, "")}  # HA drops empty arguments before matching
+        if not all(k in given and (v == "" or str(given[k]) == str(v)) for k, v in wanted.items()):
+            continue
+        domain, area = areas.get(given.get("name", ""), (None, None))
+        if "floor" in given or (domain and "area" in given and given["area"] != area):
+            continue
+        if domain and "domain" in given and domain not in [str(d).lower() for d in given["domain"]]:
+            continue
+        return True
     return False
 
 
@@ -103,14 +114,13 @@ async def command(client: ollama.AsyncClient, history: list[dict], text: str) ->
 
 async def run(server: RunningServer, way: str) -> tuple[int, list[float]]:
     client = ollama.AsyncClient(host=f"http://127.0.0.1:{server.port}")
-    store = server.service.store
     wins, seconds = 0, []
-    print(f"\n{way}: {'each command a new conversation' if way == 'fresh' else 'the device remembers'}")
+    print(f"\n{way}: {'each command a new conversation' if way == 'fresh' else 'one conversation'}")
+    history: list[dict] = []
     for number, (text, tool, wanted) in enumerate(COMMANDS, 1):
         if way == "fresh":
-            for session in store.list():
-                store.delete(session.id)
-        calls, spoken, took, evaluated = await command(client, [], text)
+            history = []
+        calls, spoken, took, evaluated = await command(client, history, text)
         ok = right(calls, tool, wanted)
         wins += ok
         seconds.append(took)
@@ -123,18 +133,20 @@ async def run(server: RunningServer, way: str) -> tuple[int, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="", help="language model profile (default: the default profile)")
+    parser.add_argument("--device-memory", action="store_true", help="serve with device_memory on")
     parser.add_argument("--llm-url", default="", help="an OpenAI-compatible model server instead of the local model")
-    parser.add_argument("--only", choices=("fresh", "remembered"))
+    parser.add_argument("--only", choices=("fresh", "continued"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parlour-home-"))
     config = Config(data_dir=str(work / "data"), llm_model=args.profile, llm_url=args.llm_url,
-                    reply_tokens=96, temperature=0.0, threads=2)
+                    reply_tokens=96, temperature=0.0, threads=2,
+                    device_memory=args.device_memory)
     llm = load_llm(config)
     server = RunningServer(config, llm, load_stt(config), load_tts(config))
     print(f"model: {llm.name}; {len(COMMANDS)} commands, {len(ha.ENTITIES)} entities, {len(ha.TOOLS)} tools")
     results = {}
     try:
-        for way in ("fresh", "remembered"):
+        for way in ("fresh", "continued"):
             if args.only in (None, way):
                 results[way] = asyncio.run(run(server, way))
     finally:

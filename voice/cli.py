@@ -44,6 +44,8 @@ CONFIG_HELP = {
     "port": "port to listen on (default: 8765)",
     "allowed_hosts": "comma-separated Host names served besides the bound address and loopback (name or name:port)",
     "wyoming_port": "also serve Home Assistant's Wyoming protocol on this TCP port (default: 0, off)",
+    "device_memory": "a new chat API conversation from the same device (system prompt) continues its session "
+                     "(default: false)",
     "data_dir": "where sessions and indexes are kept (default: the user data directory)",
     "instructions": "system prompt of new sessions",
     "research": "auto (search the knowledge base for every question), model (the model decides) or off",

@@ -47,6 +47,7 @@ class Config:
     allowed_hosts: list[str] = field(default_factory=list)  # Host names served besides the bound address and loopback
     port: int = 8765
     wyoming_port: int = 0  # Home Assistant's Wyoming protocol on this TCP port; 0: off
+    device_memory: bool = False  # a chat API's new conversation continues its device's session (voice.chat.thread)
     data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
     instructions: str = DEFAULT_INSTRUCTIONS  # the system prompt of new sessions
     research: str = "auto"  # auto, model or off

@@ -109,6 +109,8 @@ def _show(service) -> dict:
 
 
 async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http_api.Reply:
+    if not service.config.device_memory:
+        chat.device = None
     if not _served(chat.model):
         raise LookupError(f"model '{chat.model}' not found: this service serves "
                           f"{OLLAMA_MODEL if is_ollama else MODEL}")

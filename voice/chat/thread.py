@@ -8,9 +8,11 @@ history it leaves the client with, so the next request of the same conversation 
 and only its new messages are stored. A history that leads nowhere (edited, trimmed, or from before
 the service had it) becomes a new session, every message of it stored.
 
-A `device` (Home Assistant's system prompt, or an OpenAI `user`) keeps memory past the client's
-own: a new conversation from the same device continues that device's session, so what was said
-five minutes ago, in a conversation Home Assistant has since forgotten, is still there, fitted.
+With `device_memory`, a `device` (Home Assistant's system prompt, or an OpenAI `user`) keeps
+memory past the client's own: a new conversation from the same device continues that device's
+session, so what was said five minutes ago, in a conversation Home Assistant has since forgotten,
+is still there, fitted. It is off by default: replayed exchanges of commands make the small models
+answer the next command in words without calling a tool (scripts/eval_home.py, README).
 """
 
 from __future__ import annotations
@@ -107,10 +109,12 @@ def open_thread(store: SessionStore, owner: str, messages: list[dict], instructi
     if session_id is None and not earlier and device:
         session_id = store.thread(owner, "device:" + device)
     if session_id is None:
-        session_id = store.create(instructions, owner)
         new = messages
+    # Checked before a session is made, so a bad request leaves nothing behind.
+    new = answer_calls(new, _waiting_calls(store, session_id) if session_id else [])
+    if session_id is None:
+        session_id = store.create(instructions, owner)
     store.set_instructions(session_id, instructions)
-    new = answer_calls(new, _waiting_calls(store, session_id))
     if clock and (asking := [m for m in new if m["role"] == "user"]):
         # The time goes with the question it was asked at, which the cache has not seen yet.
         asking[-1]["content"] = f"{asking[-1]['content']}\n\n({clock})"
