@@ -14,6 +14,7 @@ import pytest
 
 from tests import home_assistant as ha
 from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock
+from voice.turns import _without_earlier_commands
 
 
 def ollama_client(server, key: str | None = None) -> ollama.AsyncClient:
@@ -69,6 +70,19 @@ def test_the_clock_leaves_the_system_prompt_and_the_fingerprint_ignores_it():
     apart = [{"role": "assistant", "content": "On it."},
              {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "HassTurnOn"}}]}]
     assert fingerprint(split) == fingerprint(apart) != fingerprint(said)
+
+
+def test_earlier_commands_leave_the_prompt_and_the_rest_stays():
+    def call(name):
+        return {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": name, "arguments": "{}"}}]}
+    prompt = [{"role": "system", "content": "home"},
+              {"role": "user", "content": "Lamp on."}, call("HassTurnOn"), {"role": "tool", "content": "ok"},
+              {"role": "assistant", "content": "The lamp is on."},
+              {"role": "user", "content": "Who wrote the GPL?"}, call("search"), {"role": "tool", "content": "FSF"},
+              {"role": "assistant", "content": "The FSF."},
+              {"role": "user", "content": "Fan off."}, call("HassTurnOff"), {"role": "tool", "content": "ok"}]
+    kept = [m["content"] for m in _without_earlier_commands(prompt)]
+    assert kept == ["home", "Who wrote the GPL?", None, "FSF", "The FSF.", "Fan off.", None, "ok"]
 
 
 def test_home_assistant_turns_on_a_light_and_the_conversation_is_one_session(server):

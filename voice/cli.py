@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--no-summarize", action="store_true", help="drop old exchanges instead of summarizing them")
     replay.add_argument("--json", action="store_true", help="print one JSON object: prompt_tokens, messages, steps")
 
-    commands.add_parser("serve", parents=[flags], help="serve voice and text on ws://HOST:PORT/v1/realtime")
+    commands.add_parser("serve", parents=[flags], help="serve voice and text on ws://HOST:PORT/v1/realtime and the chat APIs on http://HOST:PORT")
 
     chat = commands.add_parser("chat", parents=[flags], help="chat with a running server in the terminal")
     chat.add_argument("--session", metavar="ID", help="resume a stored session")
@@ -239,7 +239,8 @@ def cmd_serve(config, args) -> None:
     wyoming = f" and tcp://{config.host}:{config.wyoming_port} (Wyoming)" if config.wyoming_port else ""
 
     def ready(port: int) -> None:  # the bound port: --port 0 picks a free one
-        print(f"Parlour is listening on ws://{config.host}:{port}/v1/realtime{wyoming}", flush=True)
+        print(f"Parlour is listening on ws://{config.host}:{port}/v1/realtime, the chat APIs on "
+              f"http://{config.host}:{port} (/api/chat, /v1/chat/completions){wyoming}", flush=True)
 
     asyncio.run(service.serve(ready=ready))
 

@@ -130,7 +130,8 @@ class TurnEngine:
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
                       max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
-                      spoken: bool = False, temperature: float | None = None) -> AsyncIterator[TurnEvent]:
+                      spoken: bool = False, temperature: float | None = None,
+                      earlier_calls: bool = True) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question (or the client's function results), yielding research,
         text deltas, the client's function calls and finally `done`.
 
@@ -138,7 +139,8 @@ class TurnEngine:
         `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}). A `spoken`
         turn's research is cut to the sentences that bear on the question (voice.research).
 
-        `temperature` is the client's, else the service's.
+        `temperature` is the client's, else the service's. Without `earlier_calls`, earlier
+        exchanges that called the client's functions leave the prompt (`_without_earlier_commands`).
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
@@ -164,7 +166,8 @@ class TurnEngine:
 
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
                                               tools or [], tool_choice, question if spoken else None,
-                                              self.temperature if temperature is None else temperature):
+                                              self.temperature if temperature is None else temperature,
+                                              earlier_calls):
                 if event.kind == "calls":
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
@@ -200,7 +203,8 @@ class TurnEngine:
 
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
                         row: ReplyRow, tools: list[dict], tool_choice,
-                        spoken_question: str | None, temperature: float) -> AsyncIterator[TurnEvent]:
+                        spoken_question: str | None, temperature: float,
+                        earlier_calls: bool = True) -> AsyncIterator[TurnEvent]:
         """Fit and stream. Under the `model` policy a reply that calls `search` runs it, then answers;
         a reply that calls one of the client's `tools` ends the turn with those calls."""
         unused = ""
@@ -223,8 +227,9 @@ class TurnEngine:
             # Right after function results the reply answers from them: the 1.5B otherwise often
             # called the same function again.
             after_results = result.messages[-1]["role"] == "tool"
+            prompt = result.messages if earlier_calls or not client else _without_earlier_commands(result.messages)
             reply = await asyncio.to_thread(
-                self.llm.stream, result.messages, max_tokens or self.reply_tokens, temperature, native,
+                self.llm.stream, prompt, max_tokens or self.reply_tokens, temperature, native,
                 open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
             # With tools offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a search is not run again, only kept out of the reply.
@@ -379,6 +384,33 @@ class TurnEngine:
         """Wait for background summaries (tests and shutdown)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def _without_earlier_commands(messages: list[dict]) -> list[dict]:
+    """The prompt less the earlier exchanges in which the client's functions were called: the
+    question, the calls, the results and the reply that reported them. Shown those, the small models
+    answer the next command as the last one was answered, in words, without calling anything
+    (scripts/eval_home.py, commands in one conversation: Qwen2.5-Coder-1.5B called the right tool
+    for 1 of 20; without the results and reports, 4; with the calls alone, 2). The store keeps all
+    of it; exchanges without a client's call, researched ones included, stay in the prompt. For
+    clients whose functions act (Home Assistant's): a result that informs (the weather) would be
+    lost to the questions after it."""
+    last_question = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages))
+    kept: list[dict] = []
+    exchange: list[dict] = []  # the exchange being read, from its question on
+    commanded = False
+    for position, message in enumerate(messages):
+        if message["role"] == "user" or position == last_question:
+            if not commanded:
+                kept += exchange
+            exchange, commanded = [], False
+        if position >= last_question or message["role"] == "system":
+            kept.append(message)
+            continue
+        exchange.append(message)
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            commanded |= SEARCH_TOOL["function"]["name"] not in [c["function"]["name"] for c in message["tool_calls"]]
+    return kept
 
 
 def _fit_figures(result: FitResult) -> dict:

@@ -65,6 +65,7 @@ def chat_request(body: object, context: int) -> ChatRequest:
     if temperature is not None and not isinstance(temperature, (int, float)):
         raise BadRequest("options.temperature must be a number")
     parsed = [_message(m) for m in messages]
+    # Ollama's API is Home Assistant's door: its earlier commands leave the prompt (voice.turns).
     # Home Assistant's prompt names the device's area, its exposed entities and its instructions:
     # the same prompt is the same device, whose memory outlasts the conversation (voice.chat.thread).
     system = parsed[0]["content"] if parsed and parsed[0]["role"] == "system" else ""
@@ -72,7 +73,7 @@ def chat_request(body: object, context: int) -> ChatRequest:
                        "auto" if tools else None, body.get("stream", True) is not False,
                        predict if isinstance(predict, int) and predict > 0 else None,
                        float(temperature) if temperature is not None else None,
-                       device=_device(system) if system else None)
+                       device=_device(system) if system else None, earlier_calls=False)
 
 
 def _device(system: str) -> str:
