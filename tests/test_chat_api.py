@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 from datetime import datetime, timedelta
 
 import ollama
@@ -225,6 +226,22 @@ def test_bad_requests_get_each_api_error_shape_and_the_server_goes_on(server):
     assert reply.choices[0].message.content
     assert stored(server) == [[{"role": "user", "content": "Say hello."},
                                {"role": "assistant", "content": reply.choices[0].message.content}]]
+
+
+def test_malformed_http_is_answered_and_the_server_goes_on(server):
+    def raw(data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
+            connection.sendall(data)
+            received = b""
+            while chunk := connection.recv(4096):  # the server closes the connection after its answer
+                received += chunk
+            return received
+    assert raw(b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    too_big = raw(f"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                  f"Content-Length: {10 ** 9}\r\n\r\n".encode())
+    assert too_big.startswith(b"HTTP/1.1 413 ") and b"over" in too_big
+    status, body = get(server.port, "/api/tags")
+    assert status == 200 and json.loads(body)["models"][0]["name"] == "parlour:latest"
 
 
 def test_keys_and_hosts_guard_the_chat_apis(make_server):

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from websockets.asyncio.server import ServerConnection
 
 HEAD_LIMIT = 65_536  # a request head longer than this is not a request this service serves
-_UPGRADE = re.compile(rb"^upgrade:[ \t]*websocket[ \t]*$", re.IGNORECASE | re.MULTILINE)
+HEAD_SECONDS = 10  # the first request's head must arrive within this (websockets' own opening timeout)
+_UPGRADE = re.compile(rb"^upgrade:[ \t]*websocket[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 HttpHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -31,6 +32,11 @@ def front_door(http: HttpHandler) -> type[ServerConnection]:
             self._head = b""
             self._routed = False
             self._raw = transport
+            self._late = asyncio.get_running_loop().call_later(HEAD_SECONDS, self._give_up)
+
+        def _give_up(self) -> None:
+            if not self._routed:
+                self._raw.close()
 
         def data_received(self, data: bytes) -> None:
             if self._routed:
@@ -40,6 +46,7 @@ def front_door(http: HttpHandler) -> type[ServerConnection]:
             if end == -1 and len(self._head) < HEAD_LIMIT:
                 return
             self._routed = True
+            self._late.cancel()
             head, self._head = self._head, b""
             if end != -1 and head.startswith(b"GET ") and _UPGRADE.search(head[:end]):
                 super().connection_made(self._raw)
@@ -59,5 +66,7 @@ def front_door(http: HttpHandler) -> type[ServerConnection]:
         def connection_lost(self, exc: Exception | None) -> None:
             if self._routed:
                 super().connection_lost(exc)
+            else:
+                self._late.cancel()
 
     return FrontDoor

@@ -2,7 +2,8 @@
 
 `serve_http` reads requests off one keep-alive connection, one after another, and writes each
 `Reply`: a whole body, or a stream of chunks (the chat APIs' NDJSON and server-sent events). A body
-over `max_body` bytes gets 413, a request h11 cannot parse gets 400, and the connection closes. If
+over `max_body` bytes gets 413, a request h11 cannot parse gets 400, and the connection closes; so
+does one that sends no whole request for `IDLE_SECONDS`. If
 the client goes away while a stream is written, the stream is closed, which cancels its turn.
 """
 
@@ -19,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 
 log = logging.getLogger("parlour")
+IDLE_SECONDS = 120  # a keep-alive connection with no new request for this long is closed
 KEY_PROTOCOL = "openai-insecure-api-key."  # how browsers' websocket clients present a key
 
 
@@ -85,7 +87,9 @@ async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     try:
         while True:
             try:
-                request = await _read_request(connection, reader, max_body)
+                request = await asyncio.wait_for(_read_request(connection, reader, max_body), IDLE_SECONDS)
+            except TimeoutError:
+                return
             except h11.RemoteProtocolError as error:
                 if connection.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                     status = HTTPStatus(error.error_status_hint)
@@ -131,6 +135,8 @@ async def _read_request(connection: h11.Connection, reader: asyncio.StreamReader
     assert isinstance(event, h11.Request)
     url = urlsplit(event.target.decode("latin-1"))
     headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in event.headers]
+    if any(k == "content-length" and int(v) > max_body for k, v in headers):  # h11 checked it is a number
+        raise _TooLarge
     body = bytearray()
     while not isinstance(part := await _next_event(connection, reader), h11.EndOfMessage):
         if isinstance(part, h11.ConnectionClosed):

@@ -46,8 +46,9 @@ def _message(raw: object) -> dict:
     return message
 
 
-def chat_request(body: object, context: int) -> ChatRequest:
-    """A `/api/chat` body. `options.num_ctx` above the service's `context` is served with the context."""
+def chat_request(body: object) -> ChatRequest:
+    """A `/api/chat` body. `options.num_ctx`, `keep_alive`, `think` and `format` are accepted; the
+    prompt is fitted to the service's own context, and the model is always loaded."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise BadRequest("the request needs a model")
     messages = body.get("messages") or []

@@ -52,7 +52,7 @@ async def serve(service, request: http_api.Request) -> http_api.Reply:
     if owner is None:
         return refuse(HTTPStatus.UNAUTHORIZED, "a valid API key is required")
     method = _METHODS.get(request.path, "POST")
-    if request.method != method and not (request.method == "HEAD" and method == "GET"):
+    if request.method != method:
         return refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.path} takes {method}")
     try:
         body = request.json() if method == "POST" else None
@@ -77,7 +77,7 @@ async def serve(service, request: http_api.Request) -> http_api.Reply:
             return http_api.Reply(HTTPStatus.OK, content_type="application/x-ndjson",
                                   stream=_lines([{"status": "success"}]))
         if request.path == "/api/chat":
-            return await _chat(service, owner, ollama.chat_request(body, service.engine.budget), True)
+            return await _chat(service, owner, ollama.chat_request(body), True)
         return await _chat(service, owner, openai_chat.chat_request(body), False)
     except (ValueError, LookupError) as problem:
         return refuse(HTTPStatus.NOT_FOUND if isinstance(problem, LookupError) else HTTPStatus.BAD_REQUEST,

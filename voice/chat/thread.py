@@ -11,8 +11,8 @@ the service had it) becomes a new session, every message of it stored.
 With `device_memory`, a `device` (Home Assistant's system prompt, or an OpenAI `user`) keeps
 memory past the client's own: a new conversation from the same device continues that device's
 session, so what was said five minutes ago, in a conversation Home Assistant has since forgotten,
-is still there, fitted. It is off by default: replayed exchanges of commands make the small models
-answer the next command in words without calling a tool (scripts/eval_home.py, README).
+is still there, fitted. It is off by default: other clients send one system prompt with every
+new chat, which their users expect to start afresh.
 """
 
 from __future__ import annotations
