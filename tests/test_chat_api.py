@@ -258,3 +258,21 @@ def test_keys_and_hosts_guard_the_chat_apis(make_server):
     status, body = get(server.port, "/api/tags", host=f"evil.example:{server.port}",
                        headers={"Authorization": "Bearer home-key"})
     assert status == 403 and "does not name this server" in body
+
+
+def test_the_knowledge_base_is_searched_inside_parlour_beside_the_clients_tools(make_server, tmp_path):
+    from voice.knowledge import KnowledgeBase
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "house.md").write_text("# The house\n\nThe wifi password is tulip-42. The bins go out on Tuesday.")
+    KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
+    server = make_server()
+    messages = [{"role": "system", "content": ha.system_prompt()},
+                {"role": "user", "content": "What is the wifi password?"}]
+    parts = chat(server, messages, tools=ha.TOOLS, options={"num_predict": 24})
+    said = "".join(part.message.content or "" for part in parts)
+    assert "tulip-42" in said and not any(part.message.tool_calls for part in parts)  # HA never sees `search`
+    (session,) = stored(server)
+    assert [m["role"] for m in session] == ["user", "assistant", "tool", "assistant"]
+    assert session[1]["tool_calls"][0]["function"]["name"] == "search" and "tulip-42" in session[2]["content"]
