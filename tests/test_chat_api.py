@@ -187,6 +187,12 @@ def test_a_long_history_is_fitted_and_kept(make_server):
     assert len(session) == len(messages) + 1  # the whole conversation is stored, whatever the prompt left out
     figures = json.loads(get(server.port, "/v1/figures")[1])[-1]
     assert figures["removed"] > 0
+    # Ollama's num_ctx, smaller than the service's context, is the one the prompt is fitted into.
+    parts = chat(server, messages + [{"role": "assistant", "content": reply.choices[0].message.content},
+                                     {"role": "user", "content": "Say OK again."}],
+                 options={"num_ctx": 600, "num_predict": 8})
+    assert parts[-1].done
+    assert json.loads(get(server.port, "/v1/figures")[1])[-1]["prompt_tokens_fitted"] <= 600 - 8
 
 
 def get(port: int, path: str, host: str | None = None, method: str = "GET", body: str | None = None,

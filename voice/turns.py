@@ -131,7 +131,7 @@ class TurnEngine:
                       max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
                       spoken: bool = False, temperature: float | None = None,
-                      earlier_calls: bool = True) -> AsyncIterator[TurnEvent]:
+                      earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question (or the client's function results), yielding research,
         text deltas, the client's function calls and finally `done`.
 
@@ -141,6 +141,8 @@ class TurnEngine:
 
         `temperature` is the client's, else the service's. Without `earlier_calls`, earlier
         exchanges that called the client's functions leave the prompt (`_without_earlier_commands`).
+        A client's `context` smaller than the service's (Ollama's `num_ctx`) is what the prompt and
+        the reply are fitted into.
 
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
@@ -167,7 +169,7 @@ class TurnEngine:
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
                                               tools or [], tool_choice, question if spoken else None,
                                               self.temperature if temperature is None else temperature,
-                                              earlier_calls):
+                                              earlier_calls, context):
                 if event.kind == "calls":
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
@@ -204,7 +206,7 @@ class TurnEngine:
     async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
                         row: ReplyRow, tools: list[dict], tool_choice,
                         spoken_question: str | None, temperature: float,
-                        earlier_calls: bool = True) -> AsyncIterator[TurnEvent]:
+                        earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
         """Fit and stream. Under the `model` policy a reply that calls `search` runs it, then answers;
         a reply that calls one of the client's `tools` ends the turn with those calls."""
         unused = ""
@@ -215,8 +217,11 @@ class TurnEngine:
             ask_model = self.research.policy == "model" and attempt == 0
             offered, native, described = self._declared(client)
             fit_started = time.perf_counter()
+            budget = min(self.budget, context - (max_tokens or self.reply_tokens)) if context else self.budget
+            if budget <= 0:
+                raise FitError(f"a context of {context} tokens leaves no room for the reply")
             result = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
-                                             spoken_question is not None)
+                                             spoken_question is not None, budget)
             figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
             figures.update(_fit_figures(result))
             fits.append(result)
@@ -323,7 +328,7 @@ class TurnEngine:
         return self.llm.complete(messages, SECTION_NOTE_TOKENS, 0.0)
 
     def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None,
-             spoken: bool = False) -> FitResult:
+             spoken: bool = False, budget: int | None = None) -> FitResult:
         """The turn's prompt. A text turn whose own input or evidence is over the budget has it
         condensed by section analysis; a spoken one is cut instead, since its evidence was already
         sized for speech and the listener should not wait for worker generations."""
@@ -332,19 +337,21 @@ class TurnEngine:
             transcript[0] = {"role": "system", "content": instructions}
         removed, summary = self.store.fit_state(session_id)
         result = self._fit_prompt(transcript, removed, summary, described, tools,
-                                  condense_with=None if spoken else self._section_notes)
+                                  condense_with=None if spoken else self._section_notes, budget=budget)
         self.store.save_removed(session_id, result.removed)
         return result
 
     def _fit_prompt(self, transcript: list[dict], removed: list[int], summary: Summary | None, described: str,
-                    tools: list[dict] | None, condense_with) -> FitResult:
+                    tools: list[dict] | None, condense_with, budget: int | None = None) -> FitResult:
         """Fit a transcript as a turn does: tools described in the system prompt or declared
         (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
         if described:
             transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{described}"}
         tools_tokens = self.llm.tools_tokens(tools)
-        return fit(transcript, self.budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
-                   low_water=self.low_water - tools_tokens if self.low_water else None, condense_with=condense_with)
+        budget = budget or self.budget
+        low_water = None if self.low_water is None else budget // 2
+        return fit(transcript, budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
+                   low_water=low_water - tools_tokens if low_water else None, condense_with=condense_with)
 
     # Summaries, off the path of the next reply -------------------------------------------------
     def _in_background(self, coroutine) -> None:

@@ -47,8 +47,9 @@ def _message(raw: object) -> dict:
 
 
 def chat_request(body: object) -> ChatRequest:
-    """A `/api/chat` body. `options.num_ctx`, `keep_alive`, `think` and `format` are accepted; the
-    prompt is fitted to the service's own context, and the model is always loaded."""
+    """A `/api/chat` body. `options.num_ctx` below the service's context is the context the prompt
+    and reply are fitted into; `keep_alive`, `think` and `format` are accepted (the model is
+    always loaded, and replies are not constrained to a format)."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise BadRequest("the request needs a model")
     messages = body.get("messages") or []
@@ -61,7 +62,9 @@ def chat_request(body: object) -> ChatRequest:
     for tool in tools:
         if not isinstance(tool, dict) or not isinstance((tool.get("function") or {}).get("name"), str):
             raise BadRequest("a tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}")
-    predict = options.get("num_predict")
+    predict, window = options.get("num_predict"), options.get("num_ctx")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise BadRequest("options.num_ctx must be a positive integer")
     temperature = options.get("temperature")
     if temperature is not None and not isinstance(temperature, (int, float)):
         raise BadRequest("options.temperature must be a number")
@@ -74,7 +77,7 @@ def chat_request(body: object) -> ChatRequest:
                        "auto" if tools else None, body.get("stream", True) is not False,
                        predict if isinstance(predict, int) and predict > 0 else None,
                        float(temperature) if temperature is not None else None,
-                       device=_device(system) if system else None, earlier_calls=False)
+                       device=_device(system) if system else None, earlier_calls=False, context=window)
 
 
 def _device(system: str) -> str:

@@ -33,6 +33,7 @@ class ChatRequest:
     temperature: float | None = None
     device: str | None = None  # who is speaking, when the request says (voice.chat.thread)
     include_usage: bool = False  # OpenAI's stream_options.include_usage
+    context: int | None = None  # Ollama's num_ctx: a smaller context than the service's is used
     # Earlier exchanges that called the client's functions stay in the prompt. Home Assistant's
     # calls act on the home and its tools read the state live, so its earlier commands go (turns.py).
     earlier_calls: bool = True
@@ -49,7 +50,8 @@ async def answer(service, owner: str, request: ChatRequest) -> AsyncIterator[Tur
         async for event in service.engine.respond(
                 session_id, cancel, instructions=await asyncio.to_thread(service.store.instructions, session_id),
                 max_tokens=request.max_tokens, tools=request.tools, tool_choice=request.tool_choice,
-                temperature=request.temperature, earlier_calls=request.earlier_calls):
+                temperature=request.temperature, earlier_calls=request.earlier_calls,
+                context=request.context):
             if event.kind == "research":
                 continue
             if event.kind == "delta":
