@@ -159,7 +159,6 @@ BAD_EVENTS = [
      '"content": [{"type": "input_audio", "audio": "AAAA"}]}}', "invalid_value"),
     ('{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
      '"content": [{"type": "input_text", "text": "   "}]}}', "invalid_value"),
-    ('{"type": "response.create"}', "no_user_message"),
     ('{"type": "response.cancel"}', "response_cancel_not_active"),
     ('{"type": "session.update", "session": {"output_modalities": ["video"]}}', "invalid_value"),
     ('{"type": "session.update", "session": {"instructions": 5}}', "invalid_value"),

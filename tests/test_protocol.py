@@ -122,27 +122,32 @@ def test_the_agents_sdk_calls_a_function_tool_and_answers_from_its_result(server
         cities.append(city)
         return "21 degrees and sunny"
 
-    async def converse() -> list[str]:
+    async def converse() -> tuple[list[str], list[str]]:
         agent = RealtimeAgent(name="Assistant", instructions="Answer in one short sentence.", tools=[get_weather])
         runner = RealtimeRunner(agent, config={"model_settings": {"output_modalities": ["text"]}})
         session = await runner.run(model_config={"url": f"ws://127.0.0.1:{server.port}/v1/realtime",
                                                  "api_key": "unused"})
-        seen = []
+        seen, history = [], []
         async with session:
             await session.send_message("What is the weather in Paris right now?")
             ends = 0
             async for event in session:
                 seen.append(event.type)
+                if event.type == "history_updated":
+                    history = event.history
                 if event.type == "error":
                     raise AssertionError(event)
                 if event.type == "agent_end":
                     ends += 1
                     if ends == 2:  # the call's response, then the answer's
                         break
-        return seen
+        said = [getattr(part, "text", None) or getattr(part, "transcript", None) or ""
+                for item in history if item.type == "message" and item.role == "assistant" for part in item.content]
+        return seen, said
 
-    seen = asyncio.run(asyncio.wait_for(converse(), 240))
+    seen, said = asyncio.run(asyncio.wait_for(converse(), 240))
     assert "tool_start" in seen and "tool_end" in seen
+    assert any("21" in text or "sunny" in text.lower() for text in said), said  # the history holds the reply
     assert [c.lower() for c in cities] == ["paris"]
     sessions = server.service.store.list()
     stored = [m.message for m in server.service.store.messages(sessions[0].id)]
@@ -158,7 +163,7 @@ def test_the_agents_sdk_speaks_hands_free_with_its_default_turn_detection(server
         agent = RealtimeAgent(name="Assistant", instructions="Answer in one short sentence.")
         session = await RealtimeRunner(agent).run(model_config={
             "url": f"ws://127.0.0.1:{server.port}/v1/realtime", "api_key": "unused"})
-        seen, audio_bytes = [], 0
+        seen, audio_bytes, history = [], 0, []
         async with session:
             silence = b"\0\0" * 24_000
             question = silence + speech("What is the capital of France?") + silence
@@ -170,11 +175,16 @@ def test_the_agents_sdk_speaks_hands_free_with_its_default_turn_detection(server
                     raise AssertionError(event)
                 if event.type == "audio":
                     audio_bytes += len(event.audio.data)
+                if event.type == "history_updated":
+                    history = event.history
                 if event.type == "agent_end":
                     break
-        return seen, audio_bytes
+        said = [part.transcript or "" for item in history if item.type == "message" and item.role == "assistant"
+                for part in item.content]
+        return seen, audio_bytes, said
 
-    seen, audio_bytes = asyncio.run(asyncio.wait_for(converse(), 240))
+    seen, audio_bytes, said = asyncio.run(asyncio.wait_for(converse(), 240))
+    assert any("paris" in text.lower() for text in said), said  # the history holds the spoken reply's words
     assert audio_bytes > 24_000  # more than half a second of speech came back
     stored = [m.message for m in server.service.store.messages(server.service.store.list()[0].id)]
     assert [m["role"] for m in stored] == ["user", "assistant"]
@@ -257,4 +267,54 @@ def test_a_fuzz_of_malformed_events_never_drops_the_connection(make_server):
     client.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": "none"}})
     client.until("session.updated")
     assert done(client.ask("Say hello.", max_tokens=2))["status"] in ANSWERED
+    client.close()
+
+
+def test_every_item_a_response_adds_is_announced_in_the_conversation_as_the_ga_api_does(server):
+    """`conversation.item.added` right after `response.output_item.added`, `.done` right after
+    `response.output_item.done`, each following the item before it (Pipecat runs a function call
+    only once it has seen the call's `conversation.item.added`)."""
+    client = Client(server.url())
+    client.say("What is the capital of France?")
+    question = client.until("conversation.item.done")[-1]["item"]["id"]
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 16}})
+    events = client.until("response.done")
+    kinds = [e["type"] for e in events]
+    added, finished = kinds.index("response.output_item.added"), kinds.index("response.output_item.done")
+    assert kinds[added + 1] == "conversation.item.added" and kinds[finished + 1] == "conversation.item.done"
+    reply = done(events)["output"][0]
+    assert events[added + 1]["item"]["id"] == events[finished + 1]["item"]["id"] == reply["id"]
+    assert events[added + 1]["previous_item_id"] == events[finished + 1]["previous_item_id"] == question
+    assert events[finished + 1]["item"] == reply and reply["status"] == "completed"
+
+    client.send({"type": "session.update", "session": {"type": "realtime", "tools": [WEATHER_TOOL],
+                                                      "tool_choice": "required"}})
+    client.until("session.updated")
+    events = client.ask("What is the weather in Oslo?", max_tokens=60)
+    kinds = [e["type"] for e in events]
+    call = done(events)["output"][0]
+    announced = next(e for e in events if e["type"] == "conversation.item.added" and e["item"]["id"] == call["id"])
+    assert call["type"] == "function_call" and announced["item"]["call_id"] == call["call_id"]
+    assert events.index(announced) < kinds.index("response.function_call_arguments.done")
+    asked = next(e for e in events if e["type"] == "conversation.item.added" and e["item"]["role"] == "user")
+    assert announced["previous_item_id"] == asked["item"]["id"]
+    assert kinds[kinds.index("response.output_item.done") + 1] == "conversation.item.done"
+    client.close()
+
+
+def test_a_response_with_no_user_message_greets_and_one_after_a_reply_answers(make_server):
+    server = make_server(instructions="You are a cheerful concierge. Greet the guest in one short sentence.")
+    client = Client(server.url())
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 24}})
+    events = client.until("response.done")
+    greeting = reply_text(events)
+    assert done(events)["status"] in ANSWERED and greeting.strip()
+    assert not [e for e in events if e["type"] == "error"]
+    added = next(e for e in events if e["type"] == "conversation.item.added")
+    assert added["previous_item_id"] is None  # the conversation's first item
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 24}})
+    again = client.until("response.done")
+    assert done(again)["status"] in ANSWERED and reply_text(again).strip()
+    stored = [m.message for m in server.service.store.messages(client.session_id)]
+    assert stored == [{"role": "assistant", "content": greeting}, {"role": "assistant", "content": reply_text(again)}]
     client.close()

@@ -41,10 +41,6 @@ class ServerBusy(Exception):
     """Too many turns are already waiting for the model."""
 
 
-class NothingToAnswer(ValueError):
-    """The session's last message is not a user question."""
-
-
 @dataclass
 class TurnEvent:
     """"research": messages were stored; "delta": reply text; "calls": the reply called the client's
@@ -90,8 +86,6 @@ class TurnEngine:
         self._waiting += 1
         try:
             transcript = await asyncio.to_thread(self.store.transcript, session_id)
-            if transcript[-1]["role"] not in ("user", "tool"):
-                raise NothingToAnswer("there is no new user message or function output to respond to")
             started = time.perf_counter()
             await self._model.acquire()
         finally:
@@ -132,8 +126,9 @@ class TurnEngine:
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
                       spoken: bool = False, temperature: float | None = None,
                       earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
-        """Answer the session's last question (or the client's function results), yielding research,
-        text deltas, the client's function calls and finally `done`.
+        """Answer the session's last question (or the client's function results, or, with neither,
+        the instructions and the conversation so far: a greeting), yielding research, text deltas,
+        the client's function calls and finally `done`.
 
         `tools` are the client's functions (OpenAI chat tool specs), offered beside `search` under
         `tool_choice` ("auto", "none", "required" or {"type": "function", "name": ...}). A `spoken`
@@ -349,6 +344,12 @@ class TurnEngine:
             transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{described}"}
         tools_tokens = self.llm.tools_tokens(tools)
         budget = budget or self.budget
+        if not any(m["role"] == "user" for m in transcript):
+            # Nothing asked yet (a greeting): the instructions and whatever the conversation holds.
+            tokens = self.llm.measure(transcript)
+            if tokens > budget - tools_tokens:
+                raise FitError(f"the instructions ({tokens} tokens) are over the budget ({budget - tools_tokens})")
+            return FitResult(list(transcript), tokens, budget - tools_tokens)
         low_water = None if self.low_water is None else budget // 2
         return fit(transcript, budget - tools_tokens, self.llm.measure, previous=removed, summary=summary,
                    low_water=low_water - tools_tokens if low_water else None, condense_with=condense_with)

@@ -39,7 +39,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from models.remote_llm import ModelServerError
 from voice.speech import Sentences
-from voice.turns import NothingToAnswer, ServerBusy
+from voice.turns import ServerBusy
 
 log = logging.getLogger("parlour")
 CHUNK_SAMPLES = 1024  # per audio-chunk sent, as wyoming-piper does
@@ -191,7 +191,7 @@ class WyomingHandler(AsyncEventHandler):
                 if turn.kind == "delta":
                     said.append(turn.text)
                     await self.write_event(HandledChunk(text=turn.text).event())
-        except (ServerBusy, NothingToAnswer, ModelServerError) as problem:
+        except (ServerBusy, ModelServerError) as problem:
             await self.write_event(HandledStop().event())
             await self.write_event(NotHandled(text=str(problem), context=context).event())
             return

@@ -19,7 +19,7 @@ from voice import http_api
 from voice.chat import ollama, openai_chat
 from voice.chat.thread import BadHistory
 from voice.chat.turn import BadRequest, ChatRequest, answer
-from voice.turns import NothingToAnswer, ServerBusy, TurnEvent
+from voice.turns import ServerBusy, TurnEvent
 
 MODEL = "parlour"
 OLLAMA_MODEL = f"{MODEL}:latest"
@@ -28,7 +28,7 @@ PATHS = ("/api/version", "/api/tags", "/api/ps", "/api/show", "/api/chat", "/api
 _METHODS = {"/api/version": "GET", "/api/tags": "GET", "/api/ps": "GET", "/v1/models": "GET"}
 # The errors a turn can meet, with the status each API answers them with.
 _PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST,
-             NothingToAnswer: HTTPStatus.BAD_REQUEST, FitError: HTTPStatus.BAD_REQUEST,
+             FitError: HTTPStatus.BAD_REQUEST,
              LookupError: HTTPStatus.NOT_FOUND, ServerBusy: HTTPStatus.SERVICE_UNAVAILABLE,
              ModelServerError: HTTPStatus.BAD_GATEWAY}
 

@@ -31,7 +31,7 @@ from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, E
 from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.responses import Response, delta_ids, finish, stream_turn
 from voice.realtime.turn_detection import SpeechDetector
-from voice.turns import NothingToAnswer, ServerBusy
+from voice.turns import ServerBusy
 
 log = logging.getLogger("parlour")
 SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
@@ -199,11 +199,9 @@ class Connection:
             await self.carry_out(self.protocol.response_ended())
             return
         messages = await asyncio.to_thread(self.service.store.messages, self.session_id)
-        if not messages or messages[-1].message["role"] not in ("user", "tool"):
-            await self.send(events.error("there is no new user message or function output to respond to",
-                                         "no_user_message"))
-            await self.carry_out(self.protocol.response_ended())
-            return
+        # The output follows the conversation's last item. With no new user message the reply
+        # answers from the instructions and the conversation so far, as the GA API does (a greeting).
+        response.previous_item_id = events.items(messages[-1])[-1]["id"] if messages else None
         # Created at once, before research or a wait for the model: clients time out waiting for it.
         await self.send(events.event("response.created", response=events.response(
             response.id, self.session_id, "in_progress", response.modalities, [], metadata=response.metadata)))
@@ -218,7 +216,7 @@ class Connection:
                 await self._text_turn(response)
         except ServerBusy as busy:
             await self._fail(response, f"the server is busy: {busy}", "server_busy")
-        except (NothingToAnswer, FitError, ContextOverflow) as problem:
+        except (FitError, ContextOverflow) as problem:
             await self._fail(response, str(problem), "cannot_respond")
         except ModelServerError as failure:
             await self._fail(response, str(failure), "model_server_error")

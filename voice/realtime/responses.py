@@ -5,6 +5,11 @@ research as conversation items, the reply's message item opened at its first wor
 transcript deltas through the caller's `on_delta`), the client's function calls as `function_call`
 output items; `finish` closes the message and sends `response.done` with its status: `completed`,
 `cancelled`, or `incomplete` at the output limit. The connection sends `failed` ones itself.
+
+Every item a response adds to the conversation is announced there too, as the GA API does:
+`conversation.item.added` right after its `response.output_item.added`, `conversation.item.done`
+right after its `response.output_item.done`, each with the `previous_item_id` it follows (Pipecat
+runs a function call only once it has seen the call's `conversation.item.added`).
 """
 
 from __future__ import annotations
@@ -32,18 +37,28 @@ class Response:
     cancel: threading.Event = field(default_factory=threading.Event)  # set to stop it
     output: list[dict] = field(default_factory=list)  # finished output items
     message_index: int | None = None  # the message item's output_index, once it is opened
+    previous_item_id: str | None = None  # the conversation's last item: what the next output item follows
+    message_previous: str | None = None  # what the message item follows
 
     @property
     def audio(self) -> bool:
         return self.modalities == ["audio"]
 
 
+async def _added(conn, response: Response, item: dict) -> str | None:
+    """`conversation.item.added` for an item the response adds; returns what it follows."""
+    previous, response.previous_item_id = response.previous_item_id, item["id"]
+    await conn.send(events.event("conversation.item.added", previous_item_id=previous, item=item))
+    return previous
+
+
 async def open_message(conn, response: Response) -> None:
     """The reply's message item and its one content part, once it has words."""
     response.message_index = len(response.output)
+    item = events.assistant_item(response.item_id, "", "in_progress", response.audio)
     await conn.send(events.event("response.output_item.added", response_id=response.id,
-                                 output_index=response.message_index,
-                                 item=events.assistant_item(response.item_id, "", "in_progress", response.audio)))
+                                 output_index=response.message_index, item=item))
+    response.message_previous = await _added(conn, response, item)
     part = {"type": "audio", "transcript": ""} if response.audio else {"type": "text", "text": ""}
     await conn.send(events.event("response.content_part.added", response_id=response.id,
                                  item_id=response.item_id, output_index=response.message_index,
@@ -55,11 +70,12 @@ def delta_ids(response: Response) -> dict:
             "content_index": 0}
 
 
-async def announce_research(conn, stored_messages) -> None:
+async def announce_research(conn, response: Response, stored_messages) -> None:
+    """The knowledge base's call and results: conversation items, not output (the client runs nothing)."""
     for stored in stored_messages:
         for payload in events.items(stored):
-            await conn.send(events.event("conversation.item.added", item=payload))
-            await conn.send(events.event("conversation.item.done", item=payload))
+            previous = await _added(conn, response, payload)
+            await conn.send(events.event("conversation.item.done", previous_item_id=previous, item=payload))
 
 
 async def announce_calls(conn, response: Response, stored_messages) -> None:
@@ -72,12 +88,14 @@ async def announce_calls(conn, response: Response, stored_messages) -> None:
                    "call_id": item["call_id"]}
             await conn.send(events.event("response.output_item.added", response_id=response.id,
                                          output_index=index, item=pending))
+            previous = await _added(conn, response, pending)
             await conn.send(events.event("response.function_call_arguments.delta", **ids,
                                          delta=item["arguments"]))
             await conn.send(events.event("response.function_call_arguments.done", **ids, name=item["name"],
                                          arguments=item["arguments"]))
             await conn.send(events.event("response.output_item.done", response_id=response.id,
                                          output_index=index, item=item))
+            await conn.send(events.event("conversation.item.done", previous_item_id=previous, item=item))
             response.output.append(item)
 
 
@@ -91,7 +109,7 @@ async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str
     async with aclosing(turn):
         async for step in turn:
             if step.kind == "research":
-                await announce_research(conn, step.stored)
+                await announce_research(conn, response, step.stored)
             elif step.kind == "calls":
                 await announce_calls(conn, response, step.stored)
             elif step.kind == "delta":
@@ -120,6 +138,8 @@ async def finish(conn, response: Response, text: str, figures: dict) -> None:
                                       response.audio)
         await conn.send(events.event("response.output_item.done", response_id=response.id,
                                      output_index=response.message_index, item=final))
+        await conn.send(events.event("conversation.item.done", previous_item_id=response.message_previous,
+                                     item=final))
         response.output.insert(response.message_index, final)
     status, reason = "completed", None
     if cancelled:
