@@ -68,7 +68,8 @@ def test_a_research_turn_is_stored_as_a_tool_exchange(make_server, tmp_path):
     client = Client(server.url())
     events = client.ask("How much rain does Galway get?")
     added = [e["item"] for e in events if e["type"] == "conversation.item.added"]
-    assert [i["type"] for i in added] == ["message", "function_call", "function_call_output"]
+    assert [i["type"] for i in added] == ["message", "function_call", "function_call_output", "message"]
+    assert [i.get("role") for i in added if i["type"] == "message"] == ["user", "assistant"]
     assert json.loads(added[1]["arguments"])["query"] == "How much rain does Galway get?"
     assert added[2]["call_id"] == added[1]["call_id"] and "1,200 mm" in added[2]["output"]
     stored = [m.message for m in server.service.store.messages(client.session_id)]
@@ -329,12 +330,12 @@ def test_the_model_policy_searches_the_notes_only_when_they_answer(make_server, 
     client = Client(server.url())
     events = client.ask("What is the wifi password at the cottage?", max_tokens=48)
     added = [e["item"] for e in events if e["type"] == "conversation.item.added"]
-    assert [item["type"] for item in added] == ["message", "function_call", "function_call_output"]
+    assert [item["type"] for item in added] == ["message", "function_call", "function_call_output", "message"]
     assert json.loads(added[1]["arguments"])["query"] and added[2]["call_id"] == added[1]["call_id"]
     assert "heron-42" in reply_text(events) and done(events)["status"] in ANSWERED
 
     events = client.ask("What is 17 times 3?", max_tokens=24)
-    assert [e["item"]["type"] for e in events if e["type"] == "conversation.item.added"] == ["message"]
+    assert [e["item"].get("role") for e in events if e["type"] == "conversation.item.added"] == ["user", "assistant"]
     assert "51" in reply_text(events)
 
     stored = [m.message for m in server.service.store.messages(client.session_id)]

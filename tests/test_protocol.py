@@ -103,8 +103,11 @@ def test_an_item_created_while_a_response_streams_follows_its_reply(server):
     client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 60}})
     client.until("response.output_text.delta")
     client.send({"type": "conversation.item.create", "item": user_item("And then?", "msg_later")})
-    events = client.until("conversation.item.done")
-    assert any(e["type"] == "response.done" for e in events)  # acknowledged after the reply ended
+    events = client.until("response.done")
+    while not any(e["type"] == "conversation.item.done" and e["item"]["id"] == "msg_later" for e in events):
+        events.append(client.recv())
+    later = next(i for i, e in enumerate(events) if e["type"] == "conversation.item.added" and e["item"]["id"] == "msg_later")
+    assert later > next(i for i, e in enumerate(events) if e["type"] == "response.done")  # acknowledged after the reply ended
     roles = [(m.item_id, m.message["role"]) for m in server.service.store.messages(client.session_id)]
     assert [r for _, r in roles] == ["user", "assistant", "user"] and roles[-1][0] == "msg_later"
     client.close()
