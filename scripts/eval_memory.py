@@ -6,7 +6,10 @@ with a small context; long filler turns then force those exchanges out, so the m
 them in the background. The script prints how many facts the stored summary holds, and how many
 questions about them the model answers right from that summary.
 
-Run: .venv/bin/python scripts/eval_memory.py [--profiles ...] [--context 1536] [--show]
+With --no-pause, nobody waits for the background: the filler turns and the questions follow each
+other at once, as a user who goes on talking does, and the summary is read when the questions start.
+
+Run: .venv/bin/python scripts/eval_memory.py [--profiles ...] [--context 1536] [--no-pause] [--show]
 It prints figures; it asserts nothing.
 """
 
@@ -42,7 +45,7 @@ def held(text: str, words: list[str]) -> bool:
     return any(word.lower() in text.lower() for word in words)
 
 
-def evaluate(profile: str, context: int, work: Path) -> dict:
+def evaluate(profile: str, context: int, work: Path, pause: bool = True) -> dict:
     llm = LanguageModel(resolve("llm", profile), context=context, threads=2)
     config = Config(threads=2, data_dir=str(work / profile), research="off", context=context, reply_tokens=64,
                     temperature=0.0)
@@ -54,13 +57,19 @@ def evaluate(profile: str, context: int, work: Path) -> dict:
     summary = None
     for _ in range(16):
         done(client.ask(FILLER, max_tokens=4))
-        server.idle()  # the background summary finishes, as in the pause before the user speaks again
+        if pause:
+            server.idle()  # the background summary finishes, as in the pause before the user speaks again
         summaries = server.service.store.summaries(client.session_id)
         if summaries and summaries[-1].end > last_fact:
             summary = summaries[-1]
             break
-    text = summary.text if summary else ""
+        removed, _ = server.service.store.fit_state(client.session_id)
+        if not pause and removed and max(removed) >= last_fact:  # the facts have left the prompt
+            break
     answers = [reply_text(client.ask(question, max_tokens=32)).strip() for _, _, question in FACTS]
+    summaries = server.service.store.summaries(client.session_id)
+    summary = summaries[-1] if summaries and summaries[-1].end > last_fact else summary
+    text = summary.text if summary else ""
     client.close()
     server.stop()
     return {
@@ -75,16 +84,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", default=",".join(p.name for p in PROFILES.values() if p.installed()))
     parser.add_argument("--context", type=int, default=1536)
+    parser.add_argument("--no-pause", action="store_true", help="no waiting for background summaries between turns")
     parser.add_argument("--show", action="store_true", help="print each summary and answer")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parlour-memory-"))
-    results = {profile: evaluate(profile, args.context, work) for profile in args.profiles.split(",")}
+    results = {profile: evaluate(profile, args.context, work, not args.no_pause) for profile in args.profiles.split(",")}
     if args.show:
         for profile, result in results.items():
             print(f"--- {profile} summary:\n{result['summary'] or '(none)'}")
             for (_, _, question), answer in zip(FACTS, result["answers"]):
                 print(f"  {question} -> {answer[:100]!r}")
-    print(f"{'profile':<20} {'facts in summary':>16} {'answered right':>14}   ({len(FACTS)} facts, context {args.context})")
+    print(f"{'profile':<20} {'facts in summary':>16} {'answered right':>14}   ({len(FACTS)} facts, context {args.context}, {'no pause' if args.no_pause else 'pause'})")
     for profile, result in results.items():
         print(f"{profile:<20} {result['kept']:>13}/{len(FACTS)} {result['right']:>11}/{len(FACTS)}")
 
