@@ -3,8 +3,9 @@
 
 Facts (names, numbers, dates, decisions) are planted in the first exchanges of a session served
 with a small context; long filler turns then force those exchanges out, so the model summarizes
-them in the background. The script prints how many facts the stored summary holds, and how many
-questions about them the model answers right from that summary.
+them in the background. The script prints how many facts the stored summary holds, how many
+questions about them the model answers right from that summary, and how long the last 20 turns
+waited for the model (behind a background summary, say) before their prompt was evaluated.
 
 With --no-pause, nobody waits for the background: the filler turns and the questions follow each
 other at once, as a user who goes on talking does, and the summary is read when the questions start.
@@ -70,9 +71,11 @@ def evaluate(profile: str, context: int, work: Path, pause: bool = True) -> dict
     summaries = server.service.store.summaries(client.session_id)
     summary = summaries[-1] if summaries and summaries[-1].end > last_fact else summary
     text = summary.text if summary else ""
+    waits = sorted(f.get("queue_ms", 0) for f in server.service.engine.recent)  # the last 20 turns
     client.close()
     server.stop()
     return {
+        "wait_median_ms": waits[len(waits) // 2], "wait_max_ms": waits[-1],
         "summary": text,
         "kept": sum(held(text, words) for _, words, _ in FACTS),
         "right": sum(held(answer, words) for (_, words, _), answer in zip(FACTS, answers)),
@@ -94,9 +97,11 @@ def main() -> None:
             print(f"--- {profile} summary:\n{result['summary'] or '(none)'}")
             for (_, _, question), answer in zip(FACTS, result["answers"]):
                 print(f"  {question} -> {answer[:100]!r}")
-    print(f"{'profile':<20} {'facts in summary':>16} {'answered right':>14}   ({len(FACTS)} facts, context {args.context}, {'no pause' if args.no_pause else 'pause'})")
+    print(f"{'profile':<20} {'facts in summary':>16} {'answered right':>14} {'turn waited, median / max':>26}"
+          f"   ({len(FACTS)} facts, context {args.context}, {'no pause' if args.no_pause else 'pause'})")
     for profile, result in results.items():
-        print(f"{profile:<20} {result['kept']:>13}/{len(FACTS)} {result['right']:>11}/{len(FACTS)}")
+        print(f"{profile:<20} {result['kept']:>13}/{len(FACTS)} {result['right']:>11}/{len(FACTS)} "
+              f"{result['wait_median_ms'] / 1000:>17.2f} s / {result['wait_max_ms'] / 1000:.2f} s")
 
 
 if __name__ == "__main__":
