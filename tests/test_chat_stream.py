@@ -303,23 +303,6 @@ def test_parlour_chat_without_a_server_is_one_line(tmp_path):
     assert run.stderr.count("\n") == 1
 
 
-def test_dropped_conversation_is_summarized_off_the_reply_path_and_used_next_turn(make_server):
-    server = make_server(context=1024, reply_tokens=48)
-    client = Client(server.url())
-    responses = []
-    for n in range(7):
-        question = f"Point {n}: my favourite colour number {n} is " + ("blue and green " * 60) + "Noted?"
-        responses.append(done(client.ask(question, max_tokens=12)))
-        server.idle()  # let the background summary finish, as the next user's pause would
-    summaries = server.service.store.summaries(client.session_id)
-    assert summaries and summaries[-1].start == 1 and summaries[-1].text.strip()
-    metadata = [r["metadata"] for r in responses]
-    dropped_at = next(i for i, m in enumerate(metadata) if m["dropped"] == "true")
-    assert any(m["summary"] == "true" for m in metadata[dropped_at + 1:])
-    assert all(r["usage"]["input_tokens"] <= 1024 - 48 for r in responses)
-    client.close()
-
-
 def test_the_model_policy_searches_the_notes_only_when_they_answer(make_server, tmp_path):
     docs = tmp_path / "docs"
     write_docs(docs)

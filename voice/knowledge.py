@@ -160,6 +160,12 @@ def fts_query(text: str) -> str:
     return " OR ".join(f'"{w}"' for w in content)
 
 
+def telling_terms(text: str) -> set[str]:
+    """Content words, with plural and verb endings taken off so "tides" meets "tide"."""
+    words = (w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in STOPWORDS)
+    return {re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w) for w in words}
+
+
 class KnowledgeBase:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -349,6 +355,7 @@ def format_results(results: list[SearchResult]) -> str:
     """The search tool's result as the model reads it."""
     if not results:
         return NO_RESULTS
-    passages = "\n\n".join(f"[{n}] {r.title} ({Path(r.path).name})\n{r.text}" for n, r in enumerate(results, 1))
+    passages = "\n\n".join(f"[{n}] {r.title}{f' ({Path(r.path).name})' if r.path else ''}\n{r.text}"
+                           for n, r in enumerate(results, 1))
     # Without this line the small models often repeat the call instead of answering (eval_model.py).
     return f"{passages}\n\n{ANSWER_FROM_RESULTS}"

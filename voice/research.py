@@ -1,7 +1,11 @@
-"""Research: how a turn consults the knowledge base, stored as a real tool exchange.
+"""Research: how a turn consults the knowledge base and the user's other sessions, stored as a real
+tool exchange.
 
-- `auto`: every question is searched, when a knowledge base exists; the turn stores an assistant
-  message with a `search` tool call and the tool result answering it.
+The `search` tool looks in both: what the user said in their other sessions (voice.recall), then
+the knowledge base's passages.
+- `auto`: every question is searched; the turn stores an assistant message with a `search` tool
+  call and the tool result answering it. Without a knowledge base, only a question that recalls
+  something gets the exchange.
 - `model`: the model is told about the `search` tool and decides: templates that know tools get it
   declared natively, others get `TOOL_INSTRUCTIONS` in the system prompt. A reply that is a tool
   call is parsed (`models.tool_calls`: every shape small models write), run, stored, and the model
@@ -23,8 +27,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from models.tool_calls import new_call
-from voice.knowledge import NO_RESULTS, STOPWORDS, KnowledgeBase, SearchResult, format_results
+from voice.knowledge import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
+from voice.recall import recalled
 from voice.speech import Sentences
+from voice.store import SessionStore
 
 SEARCH_TOOL = {
     "type": "function",
@@ -70,21 +76,25 @@ DESCRIBED = {"search": "query"}  # a search asked for in words: 'search ... with
 class Research:
     """The research policy of a service, and the search tool it runs."""
 
-    def __init__(self, policy: str, knowledge: KnowledgeBase | None, results: int = 3, spoken_tokens: int = 250,
-                 count: Callable[[str], int] | None = None):
-        """`count` gives a text's tokens (the model's tokenizer); without it, characters / 3."""
-        self.policy = policy if knowledge is not None else "off"
-        self.knowledge = knowledge
+    def __init__(self, policy: str, knowledge: KnowledgeBase | None, store: SessionStore | None = None,
+                 results: int = 3, spoken_tokens: int = 250, count: Callable[[str], int] | None = None):
+        """`store`, if given, is searched too: what the user said in their other sessions
+        (voice.recall). `count` gives a text's tokens (the model's tokenizer); without it,
+        characters / 3."""
+        self.policy = policy if knowledge is not None or store is not None else "off"
+        self.knowledge, self.store = knowledge, store
         self.results = results
         self.spoken_tokens = spoken_tokens
         self.count = count or (lambda text: math.ceil(len(text) / 3))
 
-    def run(self, calls: list[dict], found_only: bool = False, spoken_question: str | None = None) -> list[dict]:
+    def run(self, calls: list[dict], found_only: bool = False, spoken_question: str | None = None,
+            session_id: str | None = None) -> list[dict]:
         """The assistant message holding `calls` and the tool results answering each. With
         `found_only`, calls that found nothing (or name a tool that does not exist) are left out,
         and [] means none found anything. For a spoken turn, `spoken_question` is the question the
-        results are cut down to."""
-        answers = [(call, self._answer(call, spoken_question)) for call in calls]
+        results are cut down to. `session_id` is the session asking: its owner's other sessions
+        are searched."""
+        answers = [(call, self._answer(call, spoken_question, session_id)) for call in calls]
         if found_only:
             answers = [(call, answer) for call, answer in answers if answer is not None]
             if not answers:
@@ -94,22 +104,27 @@ class Research:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer or NO_RESULTS})
         return messages
 
-    def _answer(self, call: dict, spoken_question: str | None) -> str | None:
-        """The search results as the model reads them; None when there are none, or when the call
-        names a tool that does not exist or has no query (small models invent tools such as `add`)."""
+    def _answer(self, call: dict, spoken_question: str | None, session_id: str | None) -> str | None:
+        """The search results as the model reads them, what the user said elsewhere first; None when
+        there are none, or when the call names a tool that does not exist or has no query (small
+        models invent tools such as `add`)."""
         query = json.loads(call["function"]["arguments"]).get("query")
         if call["function"]["name"] != "search" or not isinstance(query, str) or not query.strip():
             return None
-        found = self.knowledge.search(query, self.results) if self.knowledge else []
+        found = recalled(self.store, session_id, query) if self.store is not None and session_id else []
+        found += self.knowledge.search(query, self.results) if self.knowledge else []
         if found and spoken_question is not None:
             found = spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count)
         return format_results(found) if found else None
 
-    def for_question(self, question: str, spoken: bool = False) -> list[dict]:
-        """The `auto` policy's tool exchange for a question ([] under other policies)."""
+    def for_question(self, question: str, spoken: bool = False, session_id: str | None = None) -> list[dict]:
+        """The `auto` policy's tool exchange for a question ([] under other policies). Without a
+        knowledge base, a question that recalls nothing gets no exchange: it is answered as if
+        research were off."""
         if self.policy != "auto" or not question.strip():
             return []
-        return self.run([new_call("search", {"query": question})], spoken_question=question if spoken else None)
+        return self.run([new_call("search", {"query": question})], found_only=self.knowledge is None,
+                        spoken_question=question if spoken else None, session_id=session_id)
 
 
 def spoken_evidence(question: str, results: list[SearchResult], bound: int,
@@ -119,13 +134,13 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     sentences kept in their order. Passages with none of them are left out; if no sentence shares a
     word, the first passage's opening sentences are kept. No generation is needed. `count` gives a
     text's tokens."""
-    asked = _terms(question)
+    asked = telling_terms(question)
     candidates = []  # (passage, position, sentence, its terms)
     for p, result in enumerate(results):
         splitter = Sentences(first_words=0)
         for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
-                candidates.append((p, n, sentence, _terms(sentence) & asked))
+                candidates.append((p, n, sentence, telling_terms(sentence) & asked))
     frequency = Counter(term for *_, shared in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
     ranked = sorted(candidates, key=lambda c: (-sum(weight[t] for t in c[3]), c[0], c[1]))
@@ -153,9 +168,3 @@ def _unwrap(text: str) -> str:
         else:
             lines.append(line)
     return "\n".join(lines)
-
-
-def _terms(text: str) -> set[str]:
-    """Content words, with plural and verb endings taken off so "tides" meets "tide"."""
-    words = (w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in STOPWORDS)
-    return {re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w) for w in words}

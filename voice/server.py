@@ -73,7 +73,7 @@ class Service:
         # Whisper expects the knowledge base's names: "GNU" rather than "G&U" (README: Research).
         self.hotwords = " ".join(knowledge.vocabulary()) if knowledge is not None else ""
         framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
-        self.research = Research(config.research, knowledge, spoken_tokens=config.voice_research_tokens,
+        self.research = Research(config.research, knowledge, store, spoken_tokens=config.voice_research_tokens,
                                  count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
         remote = isinstance(llm, RemoteLanguageModel)
         # A server's context is what it says one request gets (llama.cpp's /props), else `context`.

@@ -63,6 +63,20 @@ CREATE TABLE IF NOT EXISTS threads (
 );
 """
 
+# What the user said, searchable across sessions (voice.recall). SQLite keeps it in step with the
+# messages (the one writer of a message row stays `_insert`); a row's rowid links the two.
+SAID = """
+CREATE VIRTUAL TABLE said USING fts5(content, tokenize='porter unicode61');
+CREATE TRIGGER said_added AFTER INSERT ON messages WHEN new.role = 'user' AND new.content IS NOT NULL
+BEGIN INSERT INTO said (rowid, content) VALUES (new.rowid, new.content); END;
+CREATE TRIGGER said_removed AFTER DELETE ON messages WHEN old.role = 'user'
+BEGIN DELETE FROM said WHERE rowid = old.rowid; END;
+CREATE TRIGGER said_changed AFTER UPDATE OF content ON messages WHEN new.role = 'user'
+BEGIN DELETE FROM said WHERE rowid = old.rowid;
+      INSERT INTO said (rowid, content) SELECT new.rowid, new.content WHERE new.content IS NOT NULL; END;
+INSERT INTO said (rowid, content) SELECT rowid, content FROM messages WHERE role = 'user' AND content IS NOT NULL;
+"""
+
 
 class ItemConflict(ValueError):
     """A client's item id that is taken, or a previous_item_id that is not in the session."""
@@ -117,6 +131,8 @@ class SessionStore:
             # already stored (NORMAL would keep them through a process crash but not a power loss).
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'said'").fetchone():
+                self._db.executescript(f"BEGIN; {SAID} COMMIT;")  # a store from before: its messages too
 
     def recover(self) -> int:
         """Mark replies a killed process left `in_progress` as `interrupted` (what was stored of them
@@ -351,6 +367,17 @@ class SessionStore:
     def summaries(self, session_id: str) -> list[Summary]:
         rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end", (session_id,))
         return [Summary(r["start"], r["end"], r["text"]) for r in rows]
+
+    # What the user said in other sessions (voice.recall) -----------------------------------------
+    def said_elsewhere(self, session_id: str, match: str, limit: int) -> list[tuple[str, float, float]]:
+        """The user's messages matching the FTS5 query `match`, best first by BM25, from the other
+        sessions of the owner of `session_id` (never another owner's): (text, time said, score)."""
+        return [(r["content"], r["created"], r["score"]) for r in self._read(
+            """SELECT m.content, m.created, bm25(said) AS score FROM said
+               JOIN messages m ON m.rowid = said.rowid JOIN sessions s ON s.id = m.session_id
+               WHERE said MATCH ? AND m.session_id != ? AND m.status != 'deleted'
+                 AND s.owner = (SELECT owner FROM sessions WHERE id = ?)
+               ORDER BY score LIMIT ?""", (match, session_id, session_id, limit))]
 
     # Threads: how a stateless chat client's conversations find their sessions (voice.chat.thread) --
     def thread(self, owner: str, key: str) -> str | None:

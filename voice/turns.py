@@ -8,8 +8,11 @@ turn that would wait behind `max_queue` others is refused with `ServerBusy`. A t
    llama.cpp's cache of it) stays stable from turn to turn;
 3. streams the reply, stored sentence by sentence as it goes (`in_progress`); a cancelled reply is
    stored as `interrupted` with the text delivered.
-Summaries of exchanges the fit had to drop (ADR 0141) are made after the reply, off the path of the
-next one, and stored; a turn that needs one that is not ready yet drops instead.
+Summaries (ADR 0141) are made ahead, off the path of the next reply: after a turn whose prompt is
+within `margin` of the budget, the exchanges the next turns will have to remove are summarized in the
+background and stored. A turn that must remove exchanges no summary holds yet summarizes them
+first (`summarized_ms`); only if that fails are they dropped, and the turn's `dropped` figure
+counts the messages lost. A turn that comes while a summary is being written waits for it.
 """
 
 from __future__ import annotations
@@ -150,18 +153,18 @@ class TurnEngine:
         question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
         figures: dict = {"queue_ms": _ms(queue_s)}
         delivered: list[str] = []
-        fits: list[FitResult] = []  # this turn's fits; the last one says what the prompt left out
         own_row = row is None
         row = row or ReplyRow(self.store, session_id, item_id or new_id("item"))
         stored_reply = None
         try:
             research_started = time.perf_counter()
-            exchange = await asyncio.to_thread(self.research.for_question, question, spoken) if question else []
+            exchange = await asyncio.to_thread(self.research.for_question, question, spoken,
+                                               session_id) if question else []
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             figures["research_ms"] = _ms(time.perf_counter() - research_started)
 
-            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, fits, row,
+            async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, row,
                                               tools or [], tool_choice, question if spoken else None,
                                               self.temperature if temperature is None else temperature,
                                               earlier_calls, context):
@@ -195,10 +198,9 @@ class TurnEngine:
         if getattr(self.llm, "approximate", 0):  # a shift's cache, read by this reply: make it exact for the next
             self.warm(session_id, exact=True)
         yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
-        if figures.get("dropped"):
-            self._in_background(self._summarize(session_id, fits[-1].history_end))
+        self._in_background(self._summarize_ahead(session_id))
 
-    async def _generate(self, session_id, cancel, instructions, max_tokens, figures, fits: list[FitResult],
+    async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
                         row: ReplyRow, tools: list[dict], tool_choice,
                         spoken_question: str | None, temperature: float,
                         earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
@@ -215,11 +217,11 @@ class TurnEngine:
             budget = min(self.budget, context - (max_tokens or self.reply_tokens)) if context else self.budget
             if budget <= 0:
                 raise FitError(f"a context of {context} tokens leaves no room for the reply")
-            result = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
-                                             spoken_question is not None, budget)
-            figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started)
+            result, summarized_s = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
+                                                           spoken_question is not None, budget)
+            figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started - summarized_s)
+            figures["summarized_ms"] = figures.get("summarized_ms", 0) + _ms(summarized_s)
             figures.update(_fit_figures(result))
-            fits.append(result)
             # After the results, the reply may not open with a call: small models repeat theirs. A
             # client's `required` or named tool_choice makes the first attempt open with one.
             # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
@@ -261,7 +263,7 @@ class TurnEngine:
             # does not exist, leaves the prompt as it was, and the next attempt, which may not open
             # with a call, answers from what the model knows (told "no results", the 1.5B model
             # only repeated the call or recited the message).
-            exchange = await asyncio.to_thread(self.research.run, calls, True, spoken_question)
+            exchange = await asyncio.to_thread(self.research.run, calls, True, spoken_question, session_id)
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
             else:  # the same prompt again: the answer may not open the way this reply did
@@ -323,18 +325,28 @@ class TurnEngine:
         return self.llm.complete(messages, SECTION_NOTE_TOKENS, 0.0)
 
     def _fit(self, session_id: str, instructions: str | None, described: str, tools: list[dict] | None,
-             spoken: bool = False, budget: int | None = None) -> FitResult:
-        """The turn's prompt. A text turn whose own input or evidence is over the budget has it
-        condensed by section analysis; a spoken one is cut instead, since its evidence was already
-        sized for speech and the listener should not wait for worker generations."""
-        transcript = self.store.transcript(session_id)
-        if instructions is not None:
-            transcript[0] = {"role": "system", "content": instructions}
-        removed, summary = self.store.fit_state(session_id)
-        result = self._fit_prompt(transcript, removed, summary, described, tools,
-                                  condense_with=None if spoken else self._section_notes, budget=budget)
+             spoken: bool = False, budget: int | None = None) -> tuple[FitResult, float]:
+        """The turn's prompt, and the seconds spent summarizing for it. A text turn whose own input
+        or evidence is over the budget has it condensed by section analysis; a spoken one is cut
+        instead, since its evidence was already sized for speech and the listener should not wait
+        for worker generations. Exchanges that must leave and that no summary holds are summarized
+        first, with the model the turn holds: the conversation stays (ADR 0141)."""
+        def fitted() -> FitResult:
+            transcript = self.store.transcript(session_id)
+            if instructions is not None:
+                transcript[0] = {"role": "system", "content": instructions}
+            removed, summary = self.store.fit_state(session_id)
+            return self._fit_prompt(transcript, removed, summary, described, tools,
+                                    condense_with=None if spoken else self._section_notes, budget=budget)
+
+        result, summarized_s = fitted(), 0.0
+        if _dropped(result):
+            started = time.perf_counter()
+            if self._summarize_now(session_id, result.history_end):
+                result = fitted()
+            summarized_s = time.perf_counter() - started
         self.store.save_removed(session_id, result.removed)
-        return result
+        return result, summarized_s
 
     def _fit_prompt(self, transcript: list[dict], removed: list[int], summary: Summary | None, described: str,
                     tools: list[dict] | None, condense_with, budget: int | None = None) -> FitResult:
@@ -360,22 +372,46 @@ class TurnEngine:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _summarize(self, session_id: str, end: int) -> None:
-        """Summarize the transcript up to `end`, where the turn's fit stopped keeping exchanges, so
-        the next turn can use the summary instead of dropping them. The session only grows, so the
-        indices still hold."""
+    async def _summarize_ahead(self, session_id: str) -> None:
+        """Summarize, before they must go, the exchanges the next turns will remove: those a fit
+        `margin` below the budget removes. Waits behind turns; a turn that comes meanwhile waits
+        for it (it is short: only the exchanges about to leave)."""
         await self._model.acquire(background=True)
         try:
-            await asyncio.to_thread(self._summarize_now, session_id, end)
+            await asyncio.to_thread(self._summarize_ahead_now, session_id)
+        except Exception:  # the turn that needs the summary makes it, or says what was dropped
+            logging.getLogger("parlour").exception("summarizing ahead failed")
         finally:
             self._model.release()
 
-    def _summarize_now(self, session_id: str, end: int) -> None:
-        """In a worker thread, holding the model."""
+    def _summarize_ahead_now(self, session_id: str) -> None:
+        transcript = self.store.transcript(session_id)
+        questions = [i for i, m in enumerate(transcript) if m["role"] == "user"]
+        if not questions:
+            return
+        removed, summary = self.store.fit_state(session_id)
+        _offered, native, described = self._declared([])
+        stub = {"role": "user", "content": ""}  # the next question: the last exchange is history then
+        try:
+            ahead = self._fit_prompt(transcript + [stub], removed, summary, described, native, condense_with=None,
+                                     budget=self.budget - self.margin(transcript[questions[-1]:]))
+        except FitError:
+            return
+        self._summarize_now(session_id, ahead.history_end)
+
+    def margin(self, last_exchange: list[dict]) -> int:
+        """How far below the budget summaries are made ahead: room for a quarter of the budget, or
+        for an exchange as large as the last one, whichever is more."""
+        return max(self.budget // 4, sum(self.llm.count_message(m) for m in last_exchange))
+
+    def _summarize_now(self, session_id: str, end: int) -> bool:
+        """Summarize the transcript up to `end` (indices hold: the session only grows), adding to
+        the stored summary. In a worker thread, holding the model. True if a summary up to `end`
+        is stored."""
         transcript = self.store.transcript(session_id)
         _removed, summary = self.store.fit_state(session_id)
         if not end or (summary and summary.start == 1 and summary.end >= end):
-            return
+            return bool(end)
         start = summary.end if summary and summary.start == 1 else 1
         earlier = summary.text if summary and summary.start == 1 else ""
         sized = [(m, self.llm.count_message(m)) for m in transcript[start:end]]
@@ -383,6 +419,7 @@ class TurnEngine:
         text = summarize(chunks, lambda p: self.llm.complete(p, SUMMARY_REPLY_TOKENS), SUMMARY_WORDS, earlier)
         if text:
             self.store.save_summary(session_id, Summary(1, end, text))
+        return bool(text)
 
     @property
     def waiting(self) -> int:
@@ -421,17 +458,23 @@ def _without_earlier_commands(messages: list[dict]) -> list[dict]:
     return kept
 
 
+def _dropped(result: FitResult) -> int:
+    """How many messages this fit took out of the prompt with no summary in the prompt holding them
+    (a summary too large for the room the current turn leaves is stored but not attached)."""
+    return sum(len(s.removed) for s in result.steps
+               if s.stage == "exchange" and (s.detail == "dropped" or result.summary is None))
+
+
 def _fit_figures(result: FitResult) -> dict:
     stages: dict[str, int] = {}
     for step in result.steps:
         stages[step.stage] = stages.get(step.stage, 0) + 1
-    dropped = any(s.stage == "exchange" and s.detail == "dropped" for s in result.steps)
     return {
         "prompt_tokens_fitted": result.prompt_tokens,
         "removed": len(result.removed),
         "fit_steps": ",".join(f"{k}:{v}" for k, v in stages.items()),
         "summary": bool(result.summary),
-        "dropped": dropped,
+        "dropped": _dropped(result),
     }
 
 

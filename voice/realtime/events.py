@@ -123,7 +123,7 @@ def response(response_id: str, session_id: str, status: str, modalities: list[st
 # `usage` and `status`; every figure is in GET /v1/figures and the store.
 METADATA_LIMIT = 16
 METADATA_FIGURES = ("first_audio_ms", "ttft_ms", "stt_ms", "stt_draft", "queue_ms", "research_ms", "fit_ms", "total_ms",
-                    "evaluated_tokens", "prompt_tokens_fitted", "removed", "dropped", "summary", "fit_steps",
+                    "evaluated_tokens", "prompt_tokens_fitted", "removed", "dropped", "summary", "summarized_ms", "fit_steps",
                     "tool_calls")
 
 

@@ -1,0 +1,97 @@
+"""Memory (ADR 0141 and recall): summaries ready before exchanges must leave, never a silent drop,
+and what the user said in earlier sessions found again, never across keys. Real server, real model."""
+
+from __future__ import annotations
+
+import json
+
+from tests.realtime import ANSWERED, Client, done, reply_text
+
+FILLER = "Here is a note, no need to comment: " + "blue and green " * 60 + "Noted?"
+
+
+def test_summaries_are_made_before_exchanges_must_leave(make_server):
+    server = make_server(context=1024, reply_tokens=48)
+    client = Client(server.url())
+    client.ask("My sister's name is Maeve. Please remember that.", max_tokens=16)
+    metadata = []
+    for _ in range(6):
+        server.idle()  # the pause before the user speaks again: background summaries finish
+        metadata.append(done(client.ask(FILLER, max_tokens=8))["metadata"])
+    first_removal = next(i for i, m in enumerate(metadata) if m["removed"] != "0")
+    # The summary was there before the first removal: nothing to summarize on the reply's path.
+    assert metadata[first_removal]["summary"] == "true" and metadata[first_removal]["summarized_ms"] == "0"
+    assert all(m["dropped"] == "0" for m in metadata)
+    summary = server.service.store.summaries(client.session_id)[-1]
+    assert summary.start == 1 and "Maeve" in summary.text
+    client.close()
+
+
+def test_with_no_pause_nothing_is_dropped(make_server):
+    server = make_server(context=1024, reply_tokens=48)
+    client = Client(server.url())
+    client.ask("My sister's name is Maeve. Please remember that.", max_tokens=16)
+    responses = [done(client.ask(FILLER, max_tokens=8)) for _ in range(6)]
+    assert all(r["metadata"]["dropped"] == "0" for r in responses)
+    assert any(r["metadata"]["summary"] == "true" for r in responses)
+    assert all(r["usage"]["input_tokens"] <= 1024 - 48 for r in responses)
+    answer = reply_text(client.ask("What is my sister's name?", max_tokens=16))
+    assert "Maeve" in answer
+    client.close()
+
+
+def test_a_turn_that_must_remove_an_unsummarized_exchange_summarizes_it_first(make_server):
+    server = make_server(context=1024, reply_tokens=48)
+    llm = server.service.llm
+    client = Client(server.url())
+    client.ask("My dog is called Biscuit.", max_tokens=40)
+    server.idle()
+    # A message that just does not fit beside the first exchange: it must go at once, before any
+    # summary of it was made ahead, and a short summary of it has room.
+    before = llm.measure(server.service.store.transcript(client.session_id))
+    long = "Here is a note, no need to comment:"
+    while llm.count_message({"role": "user", "content": long}) < 1024 - 48 - before + 2:
+        long += " blue and green"
+    assert not server.service.store.summaries(client.session_id)
+    response = done(client.ask(long + " Just say OK.", max_tokens=8))
+    metadata = response["metadata"]
+    assert metadata["removed"] != "0" and metadata["dropped"] == "0"
+    assert metadata["summary"] == "true" and int(metadata["summarized_ms"]) > 0
+    assert "Biscuit" in server.service.store.summaries(client.session_id)[-1].text
+    assert response["status"] in ANSWERED
+    client.close()
+
+
+def _research(events: list[dict]) -> str:
+    """The search result a turn stored, or "" if it researched nothing."""
+    outputs = [e["item"]["output"] for e in events if e["type"] == "conversation.item.done"
+               and e["item"]["type"] == "function_call_output"]
+    return "\n".join(outputs)
+
+
+def test_an_earlier_session_is_recalled_for_its_own_key_only(make_server):
+    server = make_server(api_keys=["key-a", "key-b"])
+    told = Client(server.url(), api_key="key-a")
+    told.ask("My plumber is called Dermot and he comes on Thursdays.", max_tokens=16)
+    told.close()
+    other = Client(server.url(), api_key="key-b")
+    other.ask("My plumber is called Ivan.", max_tokens=16)
+    other.close()
+
+    asked = Client(server.url(), api_key="key-a")
+    events = asked.ask("What did I tell you about my plumber?", max_tokens=24)
+    added = [e["item"] for e in events if e["type"] == "conversation.item.added"]
+    assert [item["type"] for item in added] == ["message", "function_call", "function_call_output", "message"]
+    assert json.loads(added[1]["arguments"])["query"] == "What did I tell you about my plumber?"
+    found = _research(events)
+    assert "Dermot" in found and "Ivan" not in found
+    assert "Dermot" in reply_text(events)
+    # A question the earlier sessions say nothing about is answered without research.
+    events = asked.ask("What is the capital of France?", max_tokens=16)
+    assert [e["item"]["type"] for e in events if e["type"] == "conversation.item.added"] == ["message", "message"]
+    asked.close()
+
+    asked = Client(server.url(), api_key="key-b")
+    found = _research(asked.ask("What did I tell you about my plumber?", max_tokens=24))
+    assert "Ivan" in found and "Dermot" not in found
+    asked.close()
