@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+from models.tool_calls import new_call
 from tests.realtime import ANSWERED, Client, done, reply_text
+from voice.recall import recalled
+from voice.store import SessionStore
 
 FILLER = "Here is a note, no need to comment: " + "blue and green " * 60 + "Noted?"
 
@@ -95,3 +98,18 @@ def test_an_earlier_session_is_recalled_for_its_own_key_only(make_server):
     found = _research(asked.ask("What did I tell you about my plumber?", max_tokens=24))
     assert "Ivan" in found and "Dermot" not in found
     asked.close()
+
+
+def test_recall_leaves_out_questions_commands_and_the_session_itself(tmp_path):
+    store = SessionStore(tmp_path / "sessions.sqlite3")
+    told = store.create("")
+    store.append(told, {"role": "user", "content": "Where is my kitchen light? My kitchen light is blue."})
+    commanded = store.create("")
+    store.append(commanded, {"role": "user", "content": "Turn on the kitchen light."})
+    store.append(commanded, {"role": "assistant", "content": None,
+                             "tool_calls": [new_call("HassTurnOn", {"name": "kitchen light"})]})
+    asking = store.create("")
+    found = [r.text for r in recalled(store, asking, "What did I say about the kitchen light?")]
+    assert found == ["My kitchen light is blue."]  # the statement alone: not the question or the command
+    assert recalled(store, told, "What did I say about the kitchen light?") == []  # not its own session
+    store.close()

@@ -7,7 +7,8 @@ key, or, without keys, the one user of the service.
 
 Only the user's statements count as memory. A question asked before ("What is the capital of
 France?") says nothing about the user, and finding it again would put research into every turn
-that asks something twice. A message is recalled when its statement sentences share at least half
+that asks something twice; a command answered by a client's function (Home Assistant's "Turn on the
+kitchen light.") is left out too. A message is recalled when its statement sentences share at least half
 the question's telling words; words that only point at the past ("told", "last week") are not
 telling. Each recalled sentence comes with the day it was said, which "last week" needs.
 """

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from models.tool_calls import new_call
+from voice.chat.thread import without_clock
 from voice.knowledge import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
 from voice.recall import recalled
 from voice.speech import Sentences
@@ -121,6 +122,7 @@ class Research:
         """The `auto` policy's tool exchange for a question ([] under other policies). Without a
         knowledge base, a question that recalls nothing gets no exchange: it is answered as if
         research were off."""
+        question = without_clock(question)  # Home Assistant's time of day is not what was asked
         if self.policy != "auto" or not question.strip():
             return []
         return self.run([new_call("search", {"query": question})], found_only=self.knowledge is None,

@@ -371,12 +371,20 @@ class SessionStore:
     # What the user said in other sessions (voice.recall) -----------------------------------------
     def said_elsewhere(self, session_id: str, match: str, limit: int) -> list[tuple[str, float, float]]:
         """The user's messages matching the FTS5 query `match`, best first by BM25, from the other
-        sessions of the owner of `session_id` (never another owner's): (text, time said, score)."""
+        sessions of the owner of `session_id` (never another owner's): (text, time said, score). A message
+        answered by a call to a client's function was a command (Home Assistant's "turn on the
+        light"), not something the user told: it is left out."""
         return [(r["content"], r["created"], r["score"]) for r in self._read(
             """SELECT m.content, m.created, bm25(said) AS score FROM said
                JOIN messages m ON m.rowid = said.rowid JOIN sessions s ON s.id = m.session_id
                WHERE said MATCH ? AND m.session_id != ? AND m.status != 'deleted'
                  AND s.owner = (SELECT owner FROM sessions WHERE id = ?)
+                 AND NOT EXISTS (
+                   SELECT 1 FROM messages a WHERE a.session_id = m.session_id AND a.position > m.position
+                     AND a.role = 'assistant' AND a.tool_calls IS NOT NULL
+                     AND a.tool_calls NOT LIKE '%"name": "search"%'
+                     AND a.position < COALESCE((SELECT MIN(position) FROM messages u WHERE u.session_id = m.session_id
+                                                AND u.role = 'user' AND u.position > m.position), a.position + 1))
                ORDER BY score LIMIT ?""", (match, session_id, session_id, limit))]
 
     # Threads: how a stateless chat client's conversations find their sessions (voice.chat.thread) --

@@ -29,6 +29,15 @@ from voice.store import SessionStore
 _CLOCK = re.compile(r"^.{0,80}(?:\b\d{1,2}:\d{2}\b|\b\d{4}-\d{2}-\d{2}\b).{0,80}$")
 
 
+CLOCK_OPEN = "\n\n("  # how the time the system prompt told begins, moved to the end of the question
+
+
+def without_clock(question: str) -> str:
+    """A stored question less the time moved into it: what the user asked."""
+    head, found, tail = question.rpartition(CLOCK_OPEN)
+    return head if found and tail.endswith(")") and _CLOCK.match(tail[:-1]) else question
+
+
 def split_clock(system: str) -> tuple[str, str]:
     """(the system prompt without the lines that tell the time, those lines). Left in, a clock that
     ticks every second changes the prompt's first tokens, and every request would evaluate the whole
@@ -117,7 +126,7 @@ def open_thread(store: SessionStore, owner: str, messages: list[dict], instructi
     store.set_instructions(session_id, instructions)
     if clock and (asking := [m for m in new if m["role"] == "user"]):
         # The time goes with the question it was asked at, which the cache has not seen yet.
-        asking[-1]["content"] = f"{asking[-1]['content']}\n\n({clock})"
+        asking[-1]["content"] = f"{asking[-1]['content']}{CLOCK_OPEN}{clock})"
     for message in new:
         store.append(session_id, {k: message[k] for k in ("role", "content", "tool_calls", "tool_call_id") if k in message})
     return session_id
