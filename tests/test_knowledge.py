@@ -100,8 +100,12 @@ def write_licenses(folder) -> None:
                                     "license steward.")
     for version, date in (("2", "June 1991"), ("3", "29 June 2007")):
         (folder / f"gpl-{version}.txt").write_text(
-            f"GNU GENERAL PUBLIC LICENSE\nVersion {version}, {date}\n\n"
+            f"GNU GENERAL PUBLIC LICENSE\nVersion {version}, {date}\n\nCopyright (C) Free Software Foundation, Inc.\n"
+            "51 Franklin Street, Boston, MA 02110-1301 USA\n\n"
             + "\n\n".join(f"Paragraph {n}: the GNU General Public License is published for software." for n in range(8)))
+    (folder / "lgpl.txt").write_text("GNU LESSER GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n\nThis version of the "
+                                     "GNU Lesser General Public License incorporates the terms of version 3 of the GNU "
+                                     "General Public License.")
 
 
 def test_evidence_for_a_question_naming_a_document_comes_from_that_document(tmp_path):
@@ -119,3 +123,41 @@ def test_evidence_for_a_question_naming_a_document_comes_from_that_document(tmp_
     assert {Path(r.path).name for r in knowledge.search("When was version two of the GNU GPL published?")} == \
         {"gpl-2.txt"}
     assert digits("version two point one of three") == "version 2.1 of 3"
+
+
+def test_a_license_called_by_its_initials_is_the_one_asked_about(tmp_path):
+    write_licenses(tmp_path / "docs")
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(tmp_path / "docs")
+    named = lambda question: {Path(p).name for p in knowledge.named_documents(question) or ()}  # noqa: E731
+    assert named("Which city is in the address of the GPL version two?") == {"gpl-2.txt"}
+    assert named("Which version of the GPL does the LGPL incorporate?") == {"lgpl.txt"}  # the longer title
+    assert named("What does the MPL say about patents?") == {"mpl.txt"}
+    assert named("Is it a bad idea?") == set()  # two letters are no initials: "AL" is not the Apache License
+
+
+def test_spoken_evidence_keeps_the_opening_of_the_document_asked_about(tmp_path, llm):
+    """Its address is asked for in words it does not use ("city"), so only its place keeps it."""
+    from voice.research import Research
+
+    write_licenses(tmp_path / "docs")
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(tmp_path / "docs")
+    research = Research("auto", knowledge, count=lambda text: llm.count_message(
+        {"role": "tool", "content": text}))
+    evidence = research.for_question("In which city is the address of the GPL version two?", spoken=True)[-1]
+    assert "Boston" in evidence["content"] and "June 1991" in evidence["content"]
+    assert "gpl-3.txt" not in evidence["content"]
+
+
+def test_a_text_that_several_documents_share_is_one_result(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    definitions = "\n\n".join(f"Definition {n}: a Cover Text is a short passage." for n in range(3))
+    for version in ("1.2", "1.3"):
+        (docs / f"fdl-{version}.txt").write_text(f"Free Documentation License\nVersion {version}\n\n{definitions}")
+    (docs / "other.txt").write_text("Other\n\nA passage that names a Cover Text once, among other words here.")
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(docs)
+    found = knowledge.search("What is a Cover Text?", 2)
+    assert len(found) == 2 and len({r.text for r in found}) == 2

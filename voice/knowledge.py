@@ -38,6 +38,7 @@ class SearchResult:
     title: str
     text: str  # at most RESULT_CHARS characters
     score: float
+    opening: bool = False  # the document's first passage: its title, version, date and author
 
 
 @dataclass
@@ -137,7 +138,8 @@ def chunk_text(text: str, limit: int = CHUNK_CHARS) -> list[str]:
 STOPWORDS = frozenset(
     "a an and are as at be but by can could did do does for from had has have how i if in into is it its "
     "me my of on or our she so than that the their them then there these they this to was we were what "
-    "when where which who whom why will with would you your about tell please much many".split()
+    "when where which who whom why will with would you your about tell please much many after before under "
+    "without".split()
 )
 
 
@@ -149,6 +151,13 @@ def digits(text: str) -> str:
     """Number words as digits, as the texts write them: "version two point one" is "version 2.1"."""
     text = re.sub(r"\b(" + "|".join(NUMBERS) + r")\b", lambda m: NUMBERS[m.group(1)], text)
     return re.sub(r"\b(\d+) point (\d+)\b", r"\1.\2", text)
+
+
+def _acronyms(title_words: list[str]) -> set[str]:
+    """What a title is called by its initials: "GPL" and "GGPL" for the GNU General Public License,
+    "LGPL" for the Lesser one, "GFDL", "MPL"; three letters at least, so no common word is one."""
+    initials = "".join(word[0] for word in title_words if not word.isdigit())
+    return {a for a in (initials, initials[1:] if title_words[0] == "gnu" else "") if len(a) >= 3}
 
 
 def fts_query(text: str) -> str:
@@ -280,11 +289,13 @@ class KnowledgeBase:
         that mention any of the knowledge base's names the question uses ("Apache", "Mozilla"), the
         ones that mention the most of them. None when it does neither."""
         asked = f" {' '.join(re.findall(r'[a-z0-9]+', question.lower()))} "
-        titles = self._titles().items()
-        # A title's version is left out: "Mozilla Public License Version 2.0" is said "version two".
-        said = [(len(words), path) for path, title in titles
-                if len(words := re.findall(r"[a-z0-9]+", re.split(r"(?i)\bversion\b", title)[0].lower())) > 1
-                and f" {' '.join(words)} " in asked]
+        said = []
+        for path, title in self._titles().items():
+            # A title's version is left out: "Mozilla Public License Version 2.0" is said "version two".
+            words = re.findall(r"[a-z0-9]+", re.split(r"(?i)\bversion\b", title)[0].lower())
+            if len(words) > 1 and (f" {' '.join(words)} " in asked
+                                   or any(f" {a} " in asked for a in _acronyms(words))):
+                said.append((len(words), path))
         if said:
             longest = max(length for length, _ in said)
             return self._of_version({path for length, path in said if length == longest}, question)
@@ -313,7 +324,11 @@ class KnowledgeBase:
         if not match:
             return []
         named = self.named_documents(query)
-        rows = (self._ranked(match, limit, named) if named else []) or self._ranked(match, limit, None)
+        # Twice the rows, since texts that several documents share (GFDL 1.2's definitions are 1.3's)
+        # are read once.
+        rows = (self._ranked(match, 2 * limit, named) if named else []) or self._ranked(match, 2 * limit, None)
+        seen: set[str] = set()
+        rows = [row for row in rows if not (row[2] in seen or seen.add(row[2]))][:limit]
         # BM25 scores are negative, best first: results far weaker than the best one are noise that
         # would cost the model seconds of prefill, so they are left out.
         best = rows[0][3] if rows else 0.0
@@ -322,15 +337,15 @@ class KnowledgeBase:
             # The opening of the document asked about says what it is (its version, date, author),
             # which a question about it often wants and its body rarely repeats.
             opening = self._opening(found[0].path)
-            if opening is not None and all(r.text != opening.text for r in found):
-                found = [opening, *found[:limit - 1]]
+            if opening is not None:
+                found = [opening, *(r for r in found if r.text != opening.text)][:limit]
         return found
 
     def _opening(self, path: str) -> SearchResult | None:
         with self._lock:
             row = self._db.execute("SELECT path, title, text FROM chunks WHERE path = ? ORDER BY rowid LIMIT 1",
                                    (path,)).fetchone()
-        return SearchResult(row[0], row[1], row[2][:RESULT_CHARS], 0.0) if row else None
+        return SearchResult(row[0], row[1], row[2][:RESULT_CHARS], 0.0, opening=True) if row else None
 
     def _ranked(self, match: str, limit: int, paths: set[str] | None) -> list[tuple]:
         within = f" AND path IN ({', '.join('?' * len(paths))})" if paths else ""

@@ -78,13 +78,15 @@ class Research:
     """The research policy of a service, and the search tool it runs."""
 
     def __init__(self, policy: str, knowledge: KnowledgeBase | None, store: SessionStore | None = None,
-                 results: int = 3, spoken_tokens: int = 250, count: Callable[[str], int] | None = None):
+                 results: int = 3, spoken_tokens: int = 250, count: Callable[[str], int] | None = None,
+                 spoken_results: int = 6):
         """`store`, if given, is searched too: what the user said in their other sessions
-        (voice.recall). `count` gives a text's tokens (the model's tokenizer); without it,
-        characters / 3."""
+        (voice.recall). A spoken turn's sentences are chosen from `spoken_results` passages, a text
+        turn gets `results` whole. `count` gives a text's tokens (the model's tokenizer); without
+        it, characters / 3."""
         self.policy = policy if knowledge is not None or store is not None else "off"
         self.knowledge, self.store = knowledge, store
-        self.results = results
+        self.results, self.spoken_results = results, spoken_results
         self.spoken_tokens = spoken_tokens
         self.count = count or (lambda text: math.ceil(len(text) / 3))
 
@@ -113,7 +115,8 @@ class Research:
         if call["function"]["name"] != "search" or not isinstance(query, str) or not query.strip():
             return None
         found = recalled(self.store, session_id, query) if self.store is not None and session_id else []
-        found += self.knowledge.search(query, self.results) if self.knowledge else []
+        passages = self.results if spoken_question is None else self.spoken_results
+        found += self.knowledge.search(query, passages) if self.knowledge else []
         if found and spoken_question is not None:
             found = spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count)
         return format_results(found) if found else None
@@ -129,26 +132,37 @@ class Research:
                         spoken_question=question if spoken else None, session_id=session_id)
 
 
+# A document's opening sentences that begin in its first this many characters are kept in spoken
+# evidence: its title, version and date, author and address (the GPL 2's Boston is at 150).
+OPENING_CHARS = 200
+
+
 def spoken_evidence(question: str, results: list[SearchResult], bound: int,
                     count: Callable[[str], int]) -> list[SearchResult]:
     """The passages cut to their sentences that share the most telling words with `question`
     (rarer words count more), under `bound` tokens with each passage's heading, each passage's
     sentences kept in their order. Passages with none of them are left out; if no sentence shares a
-    word, the first passage's opening sentences are kept. No generation is needed. `count` gives a
-    text's tokens."""
+    word, the first passage's opening sentences are kept. A document's opening keeps its first
+    sentences whatever they share: they say its version, date, author and address, which a question
+    asks in words they do not use ("In which city is the address ..."). No generation is needed.
+    `count` gives a text's tokens."""
     asked = telling_terms(question)
     candidates = []  # (passage, position, sentence, its terms)
+    heading = set()  # (passage, position) of the sentences that open a document
     for p, result in enumerate(results):
-        splitter = Sentences(first_words=0)
+        splitter, start = Sentences(first_words=0), 0
         for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
                 candidates.append((p, n, sentence, telling_terms(sentence) & asked))
+                if result.opening and start < OPENING_CHARS:
+                    heading.add((p, n))
+            start += len(sentence) + 1
     frequency = Counter(term for *_, shared in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
-    ranked = sorted(candidates, key=lambda c: (-sum(weight[t] for t in c[3]), c[0], c[1]))
+    ranked = sorted(candidates, key=lambda c: (-((c[0], c[1]) in heading), -sum(weight[t] for t in c[3]), c[0], c[1]))
     chosen, used, opened = [], 0, set()
     for p, n, sentence, shared in ranked:
-        if chosen and not shared:
+        if chosen and not shared and (p, n) not in heading:
             break
         cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
         if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
