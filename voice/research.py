@@ -147,22 +147,20 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     asks in words they do not use ("In which city is the address ..."). No generation is needed.
     `count` gives a text's tokens."""
     asked = telling_terms(question)
-    candidates = []  # (passage, position, sentence, its terms)
-    heading = set()  # (passage, position) of the sentences that open a document
+    candidates = []  # (passage, position, sentence, its terms, whether it opens a document)
     for p, result in enumerate(results):
         splitter, start = Sentences(first_words=0), 0
         for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
-                candidates.append((p, n, sentence, telling_terms(sentence) & asked))
-                if result.opening and start < OPENING_CHARS:
-                    heading.add((p, n))
+                opens = result.opening and start < OPENING_CHARS
+                candidates.append((p, n, sentence, telling_terms(sentence) & asked, opens))
             start += len(sentence) + 1
-    frequency = Counter(term for *_, shared in candidates for term in shared)
+    frequency = Counter(term for _, _, _, shared, _ in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
-    ranked = sorted(candidates, key=lambda c: (-((c[0], c[1]) in heading), -sum(weight[t] for t in c[3]), c[0], c[1]))
+    ranked = sorted(candidates, key=lambda c: (not c[4], -sum(weight[t] for t in c[3]), c[0], c[1]))
     chosen, used, opened = [], 0, set()
-    for p, n, sentence, shared in ranked:
-        if chosen and not shared and (p, n) not in heading:
+    for p, n, sentence, shared, opens in ranked:
+        if chosen and not shared and not opens:
             break
         cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
         if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
