@@ -91,6 +91,27 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
     assert patents[0].text == "Each Contributor grants a patent license to make and sell the Work."
 
 
+def test_a_typed_result_reads_the_sentences_that_bear_on_the_question_after_the_passages(llm):
+    from voice.knowledge import ANSWER_FROM_RESULTS, KEY_SENTENCES, SearchResult, format_results
+    from voice.research import key_sentences
+
+    framing = llm.count_message({"role": "tool", "content": ""})
+    count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
+    opening = SearchResult("/docs/gpl.txt", "GPL", "GNU General Public License\nVersion 3, 29 June 2007\n"
+                           "Everyone is permitted to copy it.", 0.0, opening=True)
+    terms = SearchResult("/docs/gpl.txt", "GPL", "# 8. Termination\nYou may not propagate it. Your license is "
+                         "reinstated permanently if the holder fails to notify you within 60 days. "
+                         "The weather was fine.", -3.0)
+    key = key_sentences("After how many days is my license reinstated permanently?", [opening, terms], 35, count)
+    # The opening shares no word with the question: a text turn has it whole in the passages above.
+    assert key.splitlines() == ["[2] Your license is reinstated permanently if the holder fails to notify you "
+                                "within 60 days."]
+    result = format_results([opening, terms], key)
+    assert result.index("[2] GPL (gpl.txt)") < result.index(KEY_SENTENCES) < result.index(key)
+    assert result.endswith(f"{key}\n\n{ANSWER_FROM_RESULTS}")
+    assert KEY_SENTENCES not in format_results([opening, terms])  # no sentences, no heading for them
+
+
 def write_licenses(folder) -> None:
     folder.mkdir()
     body = "\n\n".join(f"Section {n}. If You institute patent litigation, the patent licenses granted to You "

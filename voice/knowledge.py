@@ -363,14 +363,19 @@ class KnowledgeBase:
 
 
 ANSWER_FROM_RESULTS = "Answer the question from these passages."
+KEY_SENTENCES = "The sentences that bear most on the question:"
 NO_RESULTS = "No results in the knowledge base."
 
 
-def format_results(results: list[SearchResult]) -> str:
-    """The search tool's result as the model reads it."""
+def format_results(results: list[SearchResult], key_sentences: str = "") -> str:
+    """The search tool's result as the model reads it: the passages, numbered, then the
+    `key_sentences` if any (those that bear most on the question, so that the small models read the
+    fact next to the question rather than its neighbour in a long passage)."""
     if not results:
         return NO_RESULTS
     passages = "\n\n".join(f"[{n}] {r.title}{f' ({Path(r.path).name})' if r.path else ''}\n{r.text}"
                            for n, r in enumerate(results, 1))
+    if key_sentences:
+        passages += f"\n\n{KEY_SENTENCES}\n{key_sentences}"
     # Without this line the small models often repeat the call instead of answering (eval_model.py).
     return f"{passages}\n\n{ANSWER_FROM_RESULTS}"

@@ -14,7 +14,8 @@ the knowledge base's passages.
 
 A spoken answer is two or three sentences, and every token of evidence is prefill the listener
 waits for: a spoken turn's results are cut to the sentences that bear on the question
-(`spoken_evidence`), under `spoken_tokens`, before they are stored. Text turns keep the passages.
+(`spoken_evidence`), under `spoken_tokens`, before they are stored. Text turns keep the passages,
+and read the sentences that bear most on the question again after them (`key_sentences`).
 """
 
 from __future__ import annotations
@@ -117,9 +118,11 @@ class Research:
         found = recalled(self.store, session_id, query) if self.store is not None and session_id else []
         passages = self.results if spoken_question is None else self.spoken_results
         found += self.knowledge.search(query, passages) if self.knowledge else []
-        if found and spoken_question is not None:
-            found = spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count)
-        return format_results(found) if found else None
+        if not found:
+            return None
+        if spoken_question is not None:
+            return format_results(spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count))
+        return format_results(found, key_sentences(query, found, KEY_SENTENCE_TOKENS, self.count))
 
     def for_question(self, question: str, spoken: bool = False, session_id: str | None = None) -> list[dict]:
         """The `auto` policy's tool exchange for a question ([] under other policies). Without a
@@ -131,6 +134,11 @@ class Research:
         return self.run([new_call("search", {"query": question})], found_only=self.knowledge is None,
                         spoken_question=question if spoken else None, session_id=session_id)
 
+
+# A text turn's passages are followed by their sentences that bear most on the question, this many
+# tokens of them: the 1.5B model, given only the passages, took a neighbouring sentence's figure
+# (eval_research.py).
+KEY_SENTENCE_TOKENS = 120
 
 # A document's opening sentences that begin in its first this many characters are kept in spoken
 # evidence: its title, version and date, author and address (the GPL 2's Boston is at 150).
@@ -146,6 +154,23 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     sentences whatever they share: they say its version, date, author and address, which a question
     asks in words they do not use ("In which city is the address ..."). No generation is needed.
     `count` gives a text's tokens."""
+    chosen = _bearing_sentences(question, results, bound, count)
+    kept = {p for p, _, _ in chosen}
+    return [replace(result, text=" ".join(sentence for q, _, sentence in chosen if q == p))
+            for p, result in enumerate(results) if p in kept]
+
+
+def key_sentences(question: str, results: list[SearchResult], bound: int, count: Callable[[str], int]) -> str:
+    """The sentences of `results` that share the most telling words with `question`, under `bound`
+    tokens, each after its passage's number ("[2] ..."), in the passages' order: a text turn reads
+    them after the whole passages. A document's opening is not preferred here: the passages hold it."""
+    plain = [replace(result, opening=False) for result in results]
+    return "\n".join(f"[{p + 1}] {sentence}" for p, _, sentence in _bearing_sentences(question, plain, bound, count))
+
+
+def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
+                       count: Callable[[str], int]) -> list[tuple[int, int, str]]:
+    """(passage, position, sentence) of the sentences `spoken_evidence` keeps, in passage order."""
     asked = telling_terms(question)
     candidates = []  # (passage, position, sentence, its terms, whether it opens a document)
     for p, result in enumerate(results):
@@ -167,8 +192,7 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
             chosen.append((p, n, sentence))
             used += cost
             opened.add(p)
-    return [replace(result, text=" ".join(sentence for q, _, sentence in sorted(chosen) if q == p))
-            for p, result in enumerate(results) if p in opened]
+    return sorted(chosen)
 
 
 def _unwrap(text: str) -> str:
