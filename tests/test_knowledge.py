@@ -103,7 +103,7 @@ def test_a_typed_result_reads_the_sentences_that_bear_on_the_question_after_the_
                          "reinstated permanently if the holder fails to notify you within 60 days. "
                          "The weather was fine.", -3.0)
     key = key_sentences("After how many days is my license reinstated permanently?", [opening, terms], 35, count)
-    # The opening shares no word with the question: a text turn has it whole in the passages above.
+    # The best sentence, not the opening first as in spoken evidence: the passages above hold the opening.
     assert key.splitlines() == ["[2] Your license is reinstated permanently if the holder fails to notify you "
                                 "within 60 days."]
     result = format_results([opening, terms], key)
