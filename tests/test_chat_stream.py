@@ -8,7 +8,7 @@ import threading
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from voice.knowledge import RESULT_CHARS, KnowledgeBase
+from voice.knowledge import CHUNK_CHARS, KnowledgeBase
 from voice.store import SessionStore
 from tests.realtime import ANSWERED, Client, done, reply_text
 
@@ -77,7 +77,7 @@ def test_a_research_turn_is_stored_as_a_tool_exchange(make_server, tmp_path):
     assert stored[1]["tool_calls"][0]["function"]["name"] == "search"
     assert stored[2]["tool_call_id"] == stored[1]["tool_calls"][0]["id"]
     results = knowledge.search("How much rain does Galway get?")
-    assert results and all(len(r.text) <= RESULT_CHARS for r in results)
+    assert results and all(len(r.text) <= CHUNK_CHARS for r in results)
     assert all(r.text in stored[2]["content"] for r in results)
     client.close()
 

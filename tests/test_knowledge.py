@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from voice.knowledge import CHUNK_CHARS, RESULT_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
+from voice.knowledge import CHUNK_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
 
 
 def test_reindexing_touches_only_changed_files(tmp_path):
@@ -43,7 +43,6 @@ def test_chunks_follow_paragraphs_and_stay_bounded():
     chunks = chunk_text(text)
     assert all(len(c) <= CHUNK_CHARS for c in chunks)
     assert any(c.startswith("# Two") for c in chunks)
-    assert CHUNK_CHARS <= RESULT_CHARS
 
 
 def test_questions_become_safe_queries():

@@ -21,7 +21,6 @@ from pathlib import Path
 
 SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
 CHUNK_CHARS = 2_000
-RESULT_CHARS = 4_000
 RELEVANCE = 0.5  # a result is kept when its score is at least half the best one's
 ADDRESS = re.compile(r"\S+://\S+|www\.\S+|\S+@\S+|<[^>\s]+>")  # URLs and mail: gnu.org is no lower-case gnu
 VOCABULARY_WORDS = 40  # names given to whisper: its prompt holds about 220 tokens, half for these
@@ -36,7 +35,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunks USING fts5(path UNINDEXED, title, text
 class SearchResult:
     path: str
     title: str
-    text: str  # at most RESULT_CHARS characters
+    text: str  # a whole chunk: at most CHUNK_CHARS characters
     score: float
     opening: bool = False  # the document's first passage: its title, version, date and author
 
@@ -332,7 +331,7 @@ class KnowledgeBase:
         # BM25 scores are negative, best first: results far weaker than the best one are noise that
         # would cost the model seconds of prefill, so they are left out.
         best = rows[0][3] if rows else 0.0
-        found = [SearchResult(p, t, text[:RESULT_CHARS], s) for p, t, text, s in rows if s <= best * RELEVANCE]
+        found = [SearchResult(p, t, text, s) for p, t, text, s in rows if s <= best * RELEVANCE]
         if named and found:
             # The opening of the document asked about says what it is (its version, date, author),
             # which a question about it often wants and its body rarely repeats.
@@ -345,7 +344,7 @@ class KnowledgeBase:
         with self._lock:
             row = self._db.execute("SELECT path, title, text FROM chunks WHERE path = ? ORDER BY rowid LIMIT 1",
                                    (path,)).fetchone()
-        return SearchResult(row[0], row[1], row[2][:RESULT_CHARS], 0.0, opening=True) if row else None
+        return SearchResult(row[0], row[1], row[2], 0.0, opening=True) if row else None
 
     def _ranked(self, match: str, limit: int, paths: set[str] | None) -> list[tuple]:
         within = f" AND path IN ({', '.join('?' * len(paths))})" if paths else ""
