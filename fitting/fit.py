@@ -23,6 +23,8 @@ from fitting.messages import Entry, Exchange, Message, assemble, pieces, repair
 from fitting.sections import WorkerFailed, condense, cut
 from fitting.summary import Generate, Summary, chunk_messages, summarize, with_summary
 
+CONDENSE_PASSES = 2  # section analysis of the current turn: notes on notes at most once
+
 
 class FitError(ValueError):
     """Nothing can make the prompt fit: the system prompt alone is over the budget, or no question."""
@@ -106,8 +108,6 @@ def fit(
     summary: Summary | None = None,
     low_water: int | None = None,
     summary_tokens: int = 256,
-    section_tokens: int | None = None,
-    max_depth: int = 2,
     condense_with: Generate | None = None,
 ) -> FitResult:
     """Fit `messages` (the next model turn's input) into `budget` tokens; see the module docstring.
@@ -161,7 +161,7 @@ def fit(
 
     # 3. The current turn's oversized input or evidence.
     if state.total > budget:
-        _condense_current(state, parts.current, budget, condense_with or generate, section_tokens, max_depth)
+        _condense_current(state, parts.current, budget, condense_with or generate)
     if state.total > budget:
         _cut_current(state, parts.current, budget)
     if state.total > budget:
@@ -306,18 +306,17 @@ def _current_positions(state: _Fitting, current: Exchange) -> list[int]:
 
 def _condense_current(
     state: _Fitting, current: Exchange, budget: int, generate: Generate | None,
-    section_tokens: int | None, max_depth: int,
 ) -> None:
-    """Section analysis over the current turn's largest texts, at most `max_depth` passes."""
+    """Section analysis over the current turn's largest texts, at most `CONDENSE_PASSES` passes."""
     if generate is None:
         return
-    limit = section_tokens or max(64, budget // 4)
+    limit = max(64, budget // 4)  # a text's notes: a quarter of the budget
     question = " ".join(
         state.entries[p].message.get("content") or "" for p in current.entries
         if state.entries[p].message.get("role") == "user"
     )
     question = cut(question, min(1.0, (limit // 2 * 3) / max(1, len(question))), keep="tail")
-    for depth in range(max_depth):
+    for depth in range(CONDENSE_PASSES):
         for position in sorted(_current_positions(state, current), key=lambda p: -state.entries[p].tokens):
             if state.total <= budget:
                 return

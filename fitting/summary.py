@@ -44,10 +44,6 @@ class Summary:
     def to_json(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, data: dict) -> "Summary":
-        return cls(int(data["start"]), int(data["end"]), str(data["text"]))
-
 
 def with_summary(system: Message | None, text: str) -> Message:
     """The system message with the summary appended (or a system message holding only it)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,8 +77,6 @@ class ReplyStats:
     evaluated_tokens: int = 0  # prompt tokens the model had to process
     completion_tokens: int = 0
     shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
-    ttft_s: float = 0.0  # time to the first token
-    total_s: float = 0.0
     finish_reason: str = ""  # "stop", "length" or "cancelled"
 
 
@@ -421,7 +418,6 @@ class LanguageModel:
 
         stats = reply.stats
         with self._lock:
-            started = time.perf_counter()
             processors = None
             if must_call:
                 allowed = self._call_openers()[1]
@@ -474,8 +470,6 @@ class LanguageModel:
                         if reply.cancelled:
                             stats.finish_reason = "cancelled"
                             break
-                        if not stats.completion_tokens:
-                            stats.ttft_s = time.perf_counter() - started
                         if llama_vocab_is_eog(llm._model.vocab, token):
                             empty = shifted and not stats.completion_tokens
                             stats.finish_reason = "stop"
@@ -495,7 +489,6 @@ class LanguageModel:
                             break
                 finally:
                     tokens.close()
-                    stats.total_s = time.perf_counter() - started
                     if exact:
                         self._exact = llm.n_tokens
                 if not empty:

@@ -26,7 +26,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -222,7 +221,6 @@ class RemoteLanguageModel:
     def _generate(self, connection: http.client.HTTPConnection, body: dict, reply: ReplyStream,
                   slot: int) -> Iterator[str]:
         stats = reply.stats
-        started = time.perf_counter()
         stats.finish_reason = "length"
         calls: dict[int, dict] = {}
         try:
@@ -246,8 +244,6 @@ class RemoteLanguageModel:
                         stats.finish_reason = "stop" if choice["finish_reason"] in ("stop", "tool_calls") else \
                             choice["finish_reason"]
                     if piece := delta.get("content"):
-                        if not stats.completion_tokens:
-                            stats.ttft_s = time.perf_counter() - started
                         stats.completion_tokens += 1  # pieces until the server's usage says otherwise
                         yield piece
             if reply.cancelled:
@@ -265,7 +261,6 @@ class RemoteLanguageModel:
             with self._slot_lock:
                 self._in_use.discard(slot)
             stats.evaluated_tokens = stats.prompt_tokens - stats.cached_tokens
-            stats.total_s = time.perf_counter() - started
 
 
 def _wire(message: Message) -> Message:

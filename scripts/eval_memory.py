@@ -65,11 +65,11 @@ def ask_all(client: Client) -> tuple[list[str], list[str]]:
 
 def figures(server: RunningServer, turns: int) -> dict:
     recent = server.service.engine.recent[-turns:]
-    waits = sorted(f.get("queue_ms", 0) for f in recent)
-    summarized = sorted(f.get("summarized_ms", 0) for f in recent)
+    waits = sorted(f.queue_ms or 0 for f in recent)
+    summarized = sorted(f.summarized_ms or 0 for f in recent)
     return {"wait_median_ms": waits[len(waits) // 2], "wait_max_ms": waits[-1],
             "summarized_max_ms": summarized[-1], "summarized_turns": sum(s > 0 for s in summarized),
-            "dropped": sum(f.get("dropped", 0) for f in recent)}
+            "dropped": sum(f.dropped or 0 for f in recent)}
 
 
 def planted_session(llm, work: Path, pause: bool) -> tuple[RunningServer, dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 
@@ -53,6 +54,8 @@ def speech(tts, stt):
                 cache[text] = b"".join(tts.synthesize(text, rate=24_000))
                 if words(stt.transcribe(cache[text], sample_rate=24_000).text) == words(text):
                     break
+            else:  # used all the same (numbers are heard as digits), but said in the test report
+                warnings.warn(f"whisper heard none of 5 Piper renderings of {text!r} word for word")
         return cache[text]
 
     return make

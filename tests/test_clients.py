@@ -51,7 +51,7 @@ def test_talk_runs_one_turn_from_a_wav_to_a_wav(server, tts, stt, tmp_path):
     assert rate == 24_000 and samples.size / rate > 0.5
     heard = words(stt.transcribe(samples, sample_rate=rate).text).split()
     said = words(reply_text).split()
-    assert sum(word in heard for word in said) >= 0.6 * len(said), (reply_text, heard)
+    assert said and sum(word in heard for word in said) >= 0.6 * len(said), (reply_text, heard)
     session_id = lines[0].removeprefix("session ")
     assert server.service.store.messages(session_id)[-1].message["content"] == reply_text
 
@@ -173,7 +173,7 @@ def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, 
     spoken = " ".join(sentence for sentence, _, _ in reply.figures["timeline"])
     heard = reply.message["content"]
     assert heard and len(heard) < len(spoken)  # trimmed to the second or so that was actually played
-    assert spoken.startswith(heard.rstrip("…").split("…")[0][:20])
+    assert spoken.split()[:len(heard.rstrip("…").split())] == heard.rstrip("…").split()  # its opening words, whole
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")

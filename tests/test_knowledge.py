@@ -82,7 +82,8 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
     unrelated = spoken_evidence("zebra crossings", [tides], 20, count)
     assert unrelated[0].text.startswith("The tide tables are printed weekly.")  # nothing shared: the opening
     assert count(kept[0].text) + count("[1] Tides (/notes/tides.md)") <= 40 + 2
-    assert spoken_evidence("tides", [tides], 1, count)[0].text  # the best sentence even over the bound
+    # The best sentence (all three share "tide": the first) is kept even alone over the bound.
+    assert spoken_evidence("tides", [tides], 1, count)[0].text == "The tide tables are printed weekly."
     # Hard-wrapped text (the license texts) is cut into sentences, not lines; a heading stays apart.
     wrapped = SearchResult("/docs/license.txt", "License", "# Patents\nEach Contributor grants a patent\n"
                            "license to make and sell the Work. Notices must stay\nintact in every copy.", -1.0)

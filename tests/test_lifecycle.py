@@ -73,13 +73,22 @@ def cancelling() -> RealtimeProtocol:
 REACH = {IDLE: fresh, TRANSCRIBING: transcribing, RESPONDING: responding, CANCELLING: cancelling}
 
 
-def test_the_table_names_every_state_and_only_known_refusals():
+def test_the_table_names_every_state_and_what_it_leaves_out_is_refused():
     assert {state for state, _ in LIFECYCLE} == set(REACH)
-    client_happenings = {"commit", "response.create", "response.cancel", "item.create"}
+    client_events = {"commit": raw("input_audio_buffer.commit"), "response.create": raw("response.create"),
+                     "response.cancel": raw("response.cancel"), "item.create": user_text("hello")}
+    refused = []
     for state in REACH:
-        for happening in client_happenings:
-            # Whatever a client can do in any state is either in the table or refused with a named error.
-            assert (state, happening) in LIFECYCLE or happening in REFUSALS, (state, happening)
+        for happening, event in client_events.items():
+            # Whatever a client can do in any state is either in the table, or refused with the
+            # error REFUSALS names for it, and the state stays.
+            if (state, happening) not in LIFECYCLE:
+                protocol = REACH[state]()
+                assert error_code(protocol.receive(event)) == REFUSALS[happening][1], (state, happening)
+                assert protocol.state is state
+                refused.append((state, happening))
+    assert set(refused) == {(IDLE, "response.cancel"), (TRANSCRIBING, "response.cancel"),
+                            (RESPONDING, "response.create")}
 
 
 @pytest.mark.parametrize("state", list(REACH))

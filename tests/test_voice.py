@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import threading
+import urllib.request
 
 import jiwer
 import numpy as np
@@ -84,10 +85,18 @@ def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
     assert response["status"] in ANSWERED and response["output_modalities"] == ["audio"]
     assert response["output"][0]["content"][0] == {"type": "output_audio", "transcript": said}
     metadata = response["metadata"]
-    for figure in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms", "evaluated_tokens"):
-        assert int(metadata[figure]) >= 0, figure
-    assert int(metadata["ttft_ms"]) <= int(metadata["first_audio_ms"]) <= int(metadata["total_ms"])
+    figures = {name: int(metadata[name]) for name in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms")}
+    # Timed from the commit: the transcript and the fit come before the first token, speech after it.
+    assert figures["stt_ms"] + figures["fit_ms"] <= figures["ttft_ms"] <= figures["first_audio_ms"] <= figures["total_ms"]
+    assert int(metadata["evaluated_tokens"]) > 0
     assert "cached_tokens" in response["usage"]["input_token_details"]
+    # One record of the turn: what /v1/figures serves and what was stored are what response.done said.
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/figures") as answer:
+        served = [f for f in json.load(answer) if f["session_id"] == response["conversation_id"]][-1]
+    for figure in ("stt_ms", "stt_draft", "ttft_ms", "first_audio_ms", "total_ms", "queue_ms", "fit_ms"):
+        assert served[figure] == json.loads(metadata[figure]), figure
+    stored = server.service.store.messages(response["conversation_id"])[-1].figures
+    assert {name: stored[name] for name in served} == served
 
 
 def test_first_audio_leaves_after_the_first_sentence_not_the_whole_reply(server, speech):
@@ -110,6 +119,20 @@ def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
     assert "biscuit" in words(transcript[1]["content"])
     assert int(second["usage"]["input_tokens"]) == llm.count(transcript[:-1])
     assert second["usage"]["input_token_details"]["cached_tokens"] > 0
+    client.close()
+
+
+def test_a_recording_answered_in_text_keeps_its_timing_to_itself(server, speech):
+    client = Client(server.url())
+    client.append_audio(speech("Say hello."))
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 8}})
+    answered_in_text = done(client.until("response.done"))["metadata"]
+    assert int(answered_in_text["stt_ms"]) >= 0 and "first_audio_ms" not in answered_in_text
+    client.say("Say goodbye.")  # typed: the spoken reply to it was not transcribed
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 8}})
+    spoken = done(client.until("response.done"))["metadata"]
+    assert "stt_ms" not in spoken and int(spoken["first_audio_ms"]) >= 0
     client.close()
 
 
@@ -144,7 +167,8 @@ def test_truncate_trims_the_stored_reply_to_what_was_heard(server, speech):
     full = reply_transcript(events)
     assert stored.status == "interrupted"
     assert len(stored.message["content"]) < len(full)
-    assert full.startswith(stored.message["content"].rstrip("…").split("…")[0][:10])
+    heard = stored.message["content"].rstrip("…").split()
+    assert heard and full.split()[:len(heard)] == heard  # the reply's opening words, whole
     # The next turn's history holds what was heard, not what was generated.
     assert server.service.store.transcript(client.session_id)[2]["content"] == stored.message["content"]
     client.close()

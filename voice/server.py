@@ -154,7 +154,7 @@ class Service:
             return http_api.json_reply(HTTPStatus.OK, [
                 {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages} for s in sessions if s.messages])
         mine = {s.id for s in sessions}
-        return http_api.json_reply(HTTPStatus.OK, [f for f in self.engine.recent if f["session_id"] in mine])
+        return http_api.json_reply(HTTPStatus.OK, [f.as_json() for f in self.engine.recent if f.session_id in mine])
 
     async def health(self) -> dict:
         health = {"status": "ok", "model": self.llm.name, "backend": "local",

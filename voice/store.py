@@ -322,14 +322,10 @@ class SessionStore:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def update(self, session_id: str, item_id: str, content: str, status: str, figures: dict | None = None) -> None:
-        """Change a stored message's text and status (a reply cut short), and its figures if given."""
-        if figures is None:
-            self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
-                        (content, status, session_id, item_id))
-        else:
-            self._write("UPDATE messages SET content = ?, status = ?, figures = ? WHERE session_id = ? AND item_id = ?",
-                        (content, status, json.dumps(figures), session_id, item_id))
+    def update(self, session_id: str, item_id: str, content: str, status: str) -> None:
+        """Change a stored message's text and status (a reply cut short to what was heard)."""
+        self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
+                    (content, status, session_id, item_id))
 
     def messages(self, session_id: str, deleted: bool = False) -> list[StoredMessage]:
         """The session's messages in order; `deleted=True` includes those taken out of it."""

@@ -29,6 +29,7 @@ from fitting.summary import chunk_messages, summarize
 from models.llm import LanguageModel, ReplyStream
 from models.remote_llm import RemoteLanguageModel
 from models.tool_calls import CallScanner
+from voice.figures import TurnFigures, ms
 from voice.reply_row import ReplyRow
 from voice.model_queue import ModelQueue
 from voice.research import DESCRIBED, SEARCH_TOOL, Research, tool_instructions
@@ -47,17 +48,14 @@ class ServerBusy(Exception):
 @dataclass
 class TurnEvent:
     """"research": messages were stored; "delta": reply text; "calls": the reply called the client's
-    functions (stored, the turn ends and the client answers them); "done": the reply is stored."""
+    functions (stored, the turn ends and the client answers them); "done": the reply is stored,
+    and `figures` are the turn's."""
 
     kind: str
     text: str = ""
     stored: list[StoredMessage] = field(default_factory=list)
-    figures: dict = field(default_factory=dict)
+    figures: TurnFigures | None = None
     calls: list[dict] = field(default_factory=list)
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
 
 
 class TurnEngine:
@@ -78,7 +76,7 @@ class TurnEngine:
         self._waiting = 0
         self._background: set[asyncio.Task] = set()
         self._heard_at = float("-inf")
-        self.recent: list[dict] = []  # the last turns' figures, newest last
+        self.recent: list[TurnFigures] = []  # the last turns' figures, newest last (GET /v1/figures)
 
     # The model's queue ------------------------------------------------------------------------
     async def _acquire(self, session_id: str) -> tuple[list[dict], float]:
@@ -128,7 +126,8 @@ class TurnEngine:
                       max_tokens: int | None = None, item_id: str | None = None, row: ReplyRow | None = None,
                       tools: list[dict] | None = None, tool_choice: str | dict | None = None,
                       spoken: bool = False, temperature: float | None = None,
-                      earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
+                      earlier_calls: bool = True, context: int | None = None,
+                      figures: TurnFigures | None = None) -> AsyncIterator[TurnEvent]:
         """Answer the session's last question (or the client's function results, or, with neither,
         the instructions and the conversation so far: a greeting), yielding research, text deltas,
         the client's function calls and finally `done`.
@@ -145,13 +144,18 @@ class TurnEngine:
         `cancel` may be set from anywhere; the reply stops and is stored as interrupted with the
         text yielded so far. The reply is stored as it streams (voice.reply_row): by the engine,
         sentence by sentence as yielded, unless the caller passes its own `row`, which it then feeds
-        and finishes itself (a spoken reply counts a sentence once its audio is sent).
+        and finishes itself (a spoken reply counts a sentence once its audio is sent), and then
+        ends the turn's `figures` too (`TurnFigures.end`).
+
+        `figures` is the turn's record if the caller started its clock (a spoken turn's commit); the
+        engine writes its own figures into it, and `ttft_ms` is timed from its start.
         """
-        started = time.perf_counter()
+        figures = figures or TurnFigures()
+        figures.session_id = session_id
         transcript, queue_s = await self._acquire(session_id)
         # Research looks up a new question; function results are already the evidence.
         question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
-        figures: dict = {"queue_ms": _ms(queue_s)}
+        figures.queue_ms = ms(queue_s)
         delivered: list[str] = []
         own_row = row is None
         row = row or ReplyRow(self.store, session_id, item_id or new_id("item"))
@@ -162,7 +166,7 @@ class TurnEngine:
                                                session_id) if question else []
             if exchange:
                 yield TurnEvent("research", stored=await row.insert_before(exchange))
-            figures["research_ms"] = _ms(time.perf_counter() - research_started)
+            figures.research_ms = ms(time.perf_counter() - research_started)
 
             async for event in self._generate(session_id, cancel, instructions, max_tokens, figures, row,
                                               tools or [], tool_choice, question if spoken else None,
@@ -171,36 +175,37 @@ class TurnEngine:
                 if event.kind == "calls":
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, session_id, message)]
-                    figures["tool_calls"] = len(event.calls)
+                    figures.tool_calls = len(event.calls)
                     yield event
                     continue
                 if event.kind == "delta":
                     if not delivered:
-                        figures["ttft_ms"] = _ms(time.perf_counter() - started)
+                        figures.ttft_ms = figures.since_start()
                         await row.open()
                     delivered.append(event.text)
                 yield event
                 if event.kind == "delta" and own_row:
                     await row.feed(event.text)  # after the yield: the text has been sent
-            interrupted = cancel.is_set() or figures.get("finish_reason") == "cancelled"
-            figures["total_ms"] = _ms(time.perf_counter() - started)
-            figures["status"] = "interrupted" if interrupted else "complete"
-            if own_row and (delivered or not figures.get("tool_calls")):  # a reply that only calls stores no text
-                stored_reply = await row.finish("".join(delivered), figures["status"], figures)
+            interrupted = cancel.is_set() or figures.finish_reason == "cancelled"
+            figures.status = "interrupted" if interrupted else "complete"
+            if own_row:
+                figures.end(figures.status)
+                if delivered or not figures.tool_calls:  # a reply that only calls stores no text
+                    stored_reply = await row.finish("".join(delivered), figures.status, figures.as_json())
         except BaseException:
             if own_row and stored_reply is None and delivered:  # failed or stopped from outside: keep what was sent
-                figures["status"] = "interrupted"
-                await row.finish("".join(delivered), "interrupted", figures)
+                figures.end("interrupted")
+                await row.finish("".join(delivered), "interrupted", figures.as_json())
             raise
         finally:
             self._model.release()
-        self.recent = (self.recent + [{"session_id": session_id, **figures}])[-20:]
+        self.recent = (self.recent + [figures])[-20:]  # the record itself: a speaker adds its figures after
         if getattr(self.llm, "approximate", 0):  # a shift's cache, read by this reply: make it exact for the next
             self.warm(session_id, exact=True)
         yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
         self._in_background(self._summarize_ahead(session_id))
 
-    async def _generate(self, session_id, cancel, instructions, max_tokens, figures,
+    async def _generate(self, session_id, cancel, instructions, max_tokens, figures: TurnFigures,
                         row: ReplyRow, tools: list[dict], tool_choice,
                         spoken_question: str | None, temperature: float,
                         earlier_calls: bool = True, context: int | None = None) -> AsyncIterator[TurnEvent]:
@@ -219,9 +224,9 @@ class TurnEngine:
                 raise FitError(f"a context of {context} tokens leaves no room for the reply")
             result, summarized_s = await asyncio.to_thread(self._fit, session_id, instructions, described, native,
                                                            spoken_question is not None, budget)
-            figures["fit_ms"] = figures.get("fit_ms", 0) + _ms(time.perf_counter() - fit_started - summarized_s)
-            figures["summarized_ms"] = figures.get("summarized_ms", 0) + _ms(summarized_s)
-            figures.update(_fit_figures(result))
+            figures.fit_ms = (figures.fit_ms or 0) + ms(time.perf_counter() - fit_started - summarized_s)
+            figures.summarized_ms = (figures.summarized_ms or 0) + ms(summarized_s)
+            _fit_figures(result, figures)
             # After the results, the reply may not open with a call: small models repeat theirs. A
             # client's `required` or named tool_choice makes the first attempt open with one.
             # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
@@ -465,24 +470,19 @@ def _dropped(result: FitResult) -> int:
                if s.stage == "exchange" and (s.detail == "dropped" or result.summary is None))
 
 
-def _fit_figures(result: FitResult) -> dict:
+def _fit_figures(result: FitResult, figures: TurnFigures) -> None:
     stages: dict[str, int] = {}
     for step in result.steps:
         stages[step.stage] = stages.get(step.stage, 0) + 1
-    return {
-        "prompt_tokens_fitted": result.prompt_tokens,
-        "removed": len(result.removed),
-        "fit_steps": ",".join(f"{k}:{v}" for k, v in stages.items()),
-        "summary": bool(result.summary),
-        "dropped": _dropped(result),
-    }
+    figures.prompt_tokens_fitted = result.prompt_tokens
+    figures.removed = len(result.removed)
+    figures.fit_steps = ",".join(f"{k}:{v}" for k, v in stages.items())
+    figures.summary = bool(result.summary)
+    figures.dropped = _dropped(result)
 
 
-def _stats_figures(reply: ReplyStream, figures: dict) -> None:
+def _stats_figures(reply: ReplyStream, figures: TurnFigures) -> None:
     stats = reply.stats
-    figures.update(
-        prompt_tokens=stats.prompt_tokens, cached_tokens=stats.cached_tokens,
-        evaluated_tokens=stats.evaluated_tokens, shifted_tokens=stats.shifted_tokens,
-        completion_tokens=stats.completion_tokens,
-        finish_reason=stats.finish_reason,
-    )
+    figures.prompt_tokens, figures.cached_tokens = stats.prompt_tokens, stats.cached_tokens
+    figures.evaluated_tokens, figures.shifted_tokens = stats.evaluated_tokens, stats.shifted_tokens
+    figures.completion_tokens, figures.finish_reason = stats.completion_tokens, stats.finish_reason

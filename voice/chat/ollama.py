@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from voice.chat.turn import BadRequest, ChatRequest
+from voice.figures import TurnFigures
 from voice.turns import TurnEvent
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -99,19 +100,19 @@ def piece(model: str, event: TurnEvent) -> dict:
     return {"model": model, "created_at": now(), "message": message, "done": False}
 
 
-def final(model: str, figures: dict, started: float, text: str = "", calls: list[dict] | None = None) -> dict:
+def final(model: str, figures: TurnFigures, started: float, text: str = "", calls: list[dict] | None = None) -> dict:
     """The last line (or the whole reply, not streamed): `done`, why, and the counts. Ollama's
     `prompt_eval_count` is the prompt tokens it evaluated, so a reused prefix does not count."""
     message: dict = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = _calls(calls)
     total_ns = int((time.perf_counter() - started) * 1e9)
-    first_ns = int(figures.get("ttft_ms", 0) * 1e6)
+    first_ns = int((figures.ttft_ms or 0) * 1e6)
     return {"model": model, "created_at": now(), "message": message, "done": True,
-            "done_reason": "length" if figures.get("finish_reason") == "length" else "stop",
+            "done_reason": "length" if figures.finish_reason == "length" else "stop",
             "total_duration": total_ns, "load_duration": 0,
-            "prompt_eval_count": figures.get("evaluated_tokens", 0), "prompt_eval_duration": first_ns,
-            "eval_count": figures.get("completion_tokens", 0), "eval_duration": max(total_ns - first_ns, 0)}
+            "prompt_eval_count": figures.evaluated_tokens or 0, "prompt_eval_duration": first_ns,
+            "eval_count": figures.completion_tokens or 0, "eval_duration": max(total_ns - first_ns, 0)}
 
 
 def error(message: str) -> dict:

@@ -13,6 +13,7 @@ import time
 import uuid
 
 from voice.chat.turn import BadRequest, ChatRequest
+from voice.figures import TurnFigures
 from voice.turns import TurnEvent
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -98,14 +99,14 @@ class Completion:
         self.calls += len(calls)
         return self._chunk({"tool_calls": calls})
 
-    def closing(self, figures: dict) -> dict:
+    def closing(self, figures: TurnFigures) -> dict:
         return self._chunk({}, _finish(figures, self.calls))
 
-    def usage_chunk(self, figures: dict) -> dict:
+    def usage_chunk(self, figures: TurnFigures) -> dict:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [], "usage": usage(figures)}
 
-    def whole(self, text: str, calls: list[dict], figures: dict) -> dict:
+    def whole(self, text: str, calls: list[dict], figures: TurnFigures) -> dict:
         message: dict = {"role": "assistant", "content": text if text or not calls else None}
         if calls:
             message["tool_calls"] = calls
@@ -114,14 +115,14 @@ class Completion:
                 "usage": usage(figures)}
 
 
-def _finish(figures: dict, calls: int) -> str:
-    return "tool_calls" if calls else "length" if figures.get("finish_reason") == "length" else "stop"
+def _finish(figures: TurnFigures, calls: int) -> str:
+    return "tool_calls" if calls else "length" if figures.finish_reason == "length" else "stop"
 
 
-def usage(figures: dict) -> dict:
-    prompt, completion = figures.get("prompt_tokens", 0), figures.get("completion_tokens", 0)
+def usage(figures: TurnFigures) -> dict:
+    prompt, completion = figures.prompt_tokens or 0, figures.completion_tokens or 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": figures.get("cached_tokens", 0)}}
+            "prompt_tokens_details": {"cached_tokens": figures.cached_tokens or 0}}
 
 
 def error(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict:

@@ -59,7 +59,6 @@ async def answer(service, owner: str, request: ChatRequest) -> AsyncIterator[Tur
             elif event.kind == "calls":
                 calls += event.calls
             elif event.kind == "done":
-                event.figures["session_id"] = session_id
                 reply = {"role": "assistant", "content": "".join(text), "tool_calls": calls}
                 await asyncio.to_thread(remember, service.store, owner, session_id,
                                         request.messages + [reply], request.device)

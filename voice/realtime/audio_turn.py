@@ -15,6 +15,7 @@ import asyncio
 import time
 
 from models.stt import Transcript
+from voice.figures import TurnFigures, ms
 from voice.realtime import events, items
 from voice.realtime.client_events import BadEvent
 from voice.reply_row import ReplyRow
@@ -26,10 +27,6 @@ DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not 
 # Seconds of audio still to play when the speaker stops waiting for the sentence and speaks the
 # phrases written so far: Piper takes up to about that for a phrase while the model decodes beside it.
 SPEAK_AHEAD = 0.8
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
 
 
 async def transcribe_commit(conn, audio: bytes, item_id: str, draft=None) -> None:
@@ -51,8 +48,8 @@ async def transcribe_commit(conn, audio: bytes, item_id: str, draft=None) -> Non
         "conversation.item.input_audio_transcription.completed", item_id=item_id, content_index=0,
         transcript=transcript.text, usage={"type": "duration", "seconds": round(transcript.audio_seconds, 3)},
     ))
-    conn.spoken = {"committed_at": committed_at, "stt_ms": _ms(time.perf_counter() - committed_at)
-                   if used_draft else _ms(transcript.seconds), "stt_draft": used_draft}
+    conn.transcribed = TurnFigures(started=committed_at, stt_draft=used_draft, stt_ms=ms(
+        time.perf_counter() - committed_at) if used_draft else ms(transcript.seconds))
 
 
 def from_draft(stt, audio: bytes, draft) -> Transcript | None:
@@ -67,12 +64,10 @@ def from_draft(stt, audio: bytes, draft) -> Transcript | None:
 
 async def speak_reply(conn, response) -> None:
     """The audio response: transcript deltas, audio deltas sentence by sentence, then the .done events."""
-    spoken, conn.spoken = conn.spoken, {}
-    started = spoken.get("committed_at", time.perf_counter())
+    figures = response.figures
     tts, cancel, speed = conn.service.tts, response.cancel, response.speed
     queue: asyncio.Queue = asyncio.Queue()
     timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
-    marks: dict = {}
     row = ReplyRow(conn.service.store, conn.session_id, response.item_id)
 
     async def next_piece(playing_since: float | None, sent_ms: int) -> str | None:
@@ -98,7 +93,8 @@ async def speak_reply(conn, response) -> None:
             for chunk in chunks:
                 if cancel.is_set():
                     break
-                marks.setdefault("first_audio_ms", _ms(time.perf_counter() - started))
+                if figures.first_audio_ms is None:
+                    figures.first_audio_ms = figures.since_start()
                 playing_since = playing_since or time.perf_counter()
                 await conn.send(events.event("response.output_audio.delta", **delta_ids(response),
                                              delta=audio_delta(chunk)))
@@ -111,28 +107,23 @@ async def speak_reply(conn, response) -> None:
     sentences = Sentences()
 
     async def on_delta(text: str) -> None:
-        marks.setdefault("ttft_ms", _ms(time.perf_counter() - started))
         await conn.send(events.event("response.output_audio_transcript.delta", **delta_ids(response), delta=text))
         for sentence in sentences.feed(text):
             queue.put_nowait(sentence)
 
-    result = None
+    text = None
     try:
-        result = await stream_turn(conn, response, on_delta, row)
+        text = await stream_turn(conn, response, on_delta, row)
         if rest := sentences.flush():
             queue.put_nowait(rest)
     finally:
         queue.put_nowait(None)
         await speaking
-        if result is None:  # failed or stopped from outside mid-speech: keep what was spoken
+        if text is None:  # failed or stopped from outside mid-speech: keep what was spoken
             await row.abandon({"timeline": timeline})
-    text, figures = result
-    status = "interrupted" if cancel.is_set() else figures.get("status", "complete")
-    figures.update(spoken, status=status, **marks)
-    figures.pop("committed_at", None)
-    figures["total_ms"] = _ms(time.perf_counter() - started)
+    figures.end("interrupted" if cancel.is_set() else figures.status or "complete")
     # The stored reply keeps its sentences' audio offsets, for conversation.item.truncate. A reply
     # that only called the client's functions has no words to store.
-    if text or not figures.get("tool_calls"):
-        await row.finish(text, status, {**figures, "timeline": timeline})
-    await finish(conn, response, text, figures)
+    if text or not figures.tool_calls:
+        await row.finish(text, figures.status, {**figures.as_json(), "timeline": timeline})
+    await finish(conn, response, text)

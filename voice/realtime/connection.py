@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from fitting import FitError
 from models.llm import ContextOverflow
 from models.remote_llm import ModelServerError
+from voice.figures import TurnFigures
 from voice.realtime import events, items
 from voice.realtime.audio_turn import speak_reply, transcribe_commit
 from voice.realtime.client_events import BadEvent
@@ -45,7 +46,7 @@ class Connection:
         self.inbox: asyncio.Queue = asyncio.Queue()  # client events, and reports of finished work
         self.unread = asyncio.Semaphore(MAX_UNREAD)
         self.detector: SpeechDetector | None = None  # hands-free, for the protocol's current settings
-        self.spoken: dict = {}  # the last commit's timing, for the spoken reply that follows it
+        self.transcribed: TurnFigures | None = None  # the last commit's figures, for the response to it
         self.work: set[asyncio.Task] = set()
         self.closed = False
 
@@ -209,6 +210,9 @@ class Connection:
 
     # Responses -------------------------------------------------------------------------------------
     async def _run_response(self, response: Response) -> None:
+        # The response to a commit is that turn's: its clock started at the commit, whether it
+        # answers in speech or text. Any other response's starts now.
+        response.figures, self.transcribed = self.transcribed or TurnFigures(), None
         try:
             if response.audio:
                 await speak_reply(self, response)
@@ -238,5 +242,4 @@ class Connection:
         async def send_delta(text: str) -> None:
             await self.send(events.event("response.output_text.delta", **delta_ids(response), delta=text))
 
-        text, figures = await stream_turn(self, response, send_delta)
-        await finish(self, response, text, figures)
+        await finish(self, response, await stream_turn(self, response, send_delta))

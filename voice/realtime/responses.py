@@ -18,6 +18,7 @@ import threading
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
+from voice.figures import TurnFigures
 from voice.realtime import events
 
 
@@ -38,6 +39,7 @@ class Response:
     output: list[dict] = field(default_factory=list)  # finished output items
     message_index: int | None = None  # the message item's output_index, once it is opened
     previous_item_id: str | None = None  # the conversation's last item: what the next output item follows
+    figures: TurnFigures | None = None  # the turn's, once it runs (its clock starts at a commit before it)
     message_previous: str | None = None  # what the message item follows
 
     @property
@@ -99,13 +101,15 @@ async def announce_calls(conn, response: Response, stored_messages) -> None:
             response.output.append(item)
 
 
-async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str, dict]:
+async def stream_turn(conn, response: Response, on_delta, row=None) -> str:
     """Run the turn: research is announced, the message opened at its first words and
     `on_delta(text)` awaited for each piece, the client's calls sent as output items. Returns the
-    text and the figures. A spoken turn passes the `row` it stores its reply through."""
-    text, figures = "", {}
+    text; the engine writes its figures into `response.figures`. A spoken turn passes the `row` it
+    stores its reply through."""
+    text = ""
     turn = conn.service.engine.respond(conn.session_id, response.cancel, response.instructions, response.max_tokens,
-                                       response.item_id, row, response.tools, response.tool_choice, response.audio)
+                                       response.item_id, row, response.tools, response.tool_choice, response.audio,
+                                       figures=response.figures)
     async with aclosing(turn):
         async for step in turn:
             if step.kind == "research":
@@ -117,13 +121,12 @@ async def stream_turn(conn, response: Response, on_delta, row=None) -> tuple[str
                     await open_message(conn, response)
                 text += step.text
                 await on_delta(step.text)
-            elif step.kind == "done":
-                figures = dict(step.figures)
-    return text, figures
+    return text
 
 
-async def finish(conn, response: Response, text: str, figures: dict) -> None:
-    cancelled = figures.get("status") == "interrupted"
+async def finish(conn, response: Response, text: str) -> None:
+    figures = response.figures
+    cancelled = figures.status == "interrupted"
     if response.message_index is not None:
         ids = delta_ids(response)
         if response.audio:
@@ -144,8 +147,8 @@ async def finish(conn, response: Response, text: str, figures: dict) -> None:
     status, reason = "completed", None
     if cancelled:
         status, reason = "cancelled", "client_cancelled"
-    elif figures.get("finish_reason") == "length" and not figures.get("tool_calls"):
+    elif figures.finish_reason == "length" and not figures.tool_calls:
         status, reason = "incomplete", "max_output_tokens"
     await conn.send(events.event("response.done", response=events.response(
-        response.id, conn.session_id, status, response.modalities, response.output, figures, reason=reason,
+        response.id, conn.session_id, status, response.modalities, response.output, figures.as_json(), reason=reason,
         metadata=response.metadata)))

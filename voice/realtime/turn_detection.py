@@ -48,10 +48,6 @@ class SpeechDetector:
         self.speaking = False
         self._silent_windows = 0
 
-    @property
-    def heard_ms(self) -> int:
-        return self._windows * WINDOW_MS
-
     def feed(self, pcm: bytes) -> list[tuple[str, int]]:
         samples = np.concatenate([self._pending, resample(pcm16_to_float(pcm), 24_000, VAD_RATE).astype(np.float32)])
         whole = len(samples) // WINDOW * WINDOW

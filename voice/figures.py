@@ -1,0 +1,64 @@
+"""One turn's figures: a single record that every part of a turn writes its own figures into.
+
+A `TurnFigures` is made by whoever starts the turn's clock (a spoken turn's at its commit, others
+when the turn engine is called) and passed down. Each figure has one writer: the transcription
+writes `stt_ms` and `stt_draft`; the turn engine the queue, research, fit and model figures and
+`ttft_ms`; the speaker `first_audio_ms`; whoever ends the response (the engine, or the speaker
+once the last audio is sent) `total_ms` and `status`. The same record is stored with the reply,
+sent in `response.done`, and served by `GET /v1/figures`, so all three agree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+@dataclass
+class TurnFigures:
+    """A turn's figures; a figure that was not measured in this turn is None and is left out of
+    `as_json`. Times are milliseconds from `started` unless named otherwise."""
+
+    session_id: str = ""
+    started: float = field(default_factory=time.perf_counter, repr=False)  # perf_counter seconds
+    # the transcription (spoken turns)
+    stt_ms: int | None = None  # commit to transcript
+    stt_draft: bool | None = None  # the draft made while the key was held was the transcript
+    # the turn engine
+    queue_ms: int | None = None  # waiting for the model
+    research_ms: int | None = None
+    fit_ms: int | None = None
+    summarized_ms: int | None = None  # summarizing exchanges the fit had to remove, inside the turn
+    prompt_tokens_fitted: int | None = None
+    removed: int | None = None
+    fit_steps: str | None = None
+    summary: bool | None = None
+    dropped: int | None = None  # messages that left the prompt with no summary holding them
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    evaluated_tokens: int | None = None
+    shifted_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    tool_calls: int | None = None  # the client's functions the reply called
+    ttft_ms: int | None = None  # the reply's first text
+    # the speaker (spoken replies)
+    first_audio_ms: int | None = None
+    # whoever ends the response
+    total_ms: int | None = None
+    status: str | None = None  # "complete" or "interrupted"
+
+    def since_start(self) -> int:
+        """Milliseconds from the turn's start to now."""
+        return ms(time.perf_counter() - self.started)
+
+    def end(self, status: str) -> None:
+        self.status, self.total_ms = status, self.since_start()
+
+    def as_json(self) -> dict:
+        """The measured figures by name, as stored, sent and served."""
+        return {name: value for name, value in asdict(self).items() if value is not None and name != "started"}
