@@ -14,6 +14,11 @@ import numpy as np
 import soxr
 
 
+# The audio Parlour speaks and hears on the wire (the Realtime protocol's audio/pcm): PCM16 mono.
+RATE = 24_000
+BYTES_PER_MS = RATE * 2 // 1000  # 48
+
+
 class AudioError(ValueError):
     """Audio that cannot be used as given; the message says what is wrong in one line."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.audio import as_samples, resample
+from models.audio import RATE, as_samples, resample
 
 WHISPER_RATE = 16_000
 # Peak level below which audio counts as silence (about -50 dBFS).
@@ -40,7 +40,7 @@ class SpeechToText:
         self._model = WhisperModel(str(self.path), device="cpu", compute_type="int8", cpu_threads=threads)
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = 24_000, hotwords: str = "") -> Transcript:
+    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = RATE, hotwords: str = "") -> Transcript:
         """`hotwords`: words the speaker is likely to say (a knowledge base's names), given to whisper
         as a prompt so that it hears them rather than the common words they sound like."""
         started = time.perf_counter()
@@ -61,7 +61,7 @@ class SpeechToText:
             text = " ".join(segment.text.strip() for segment in segments).strip()
         return Transcript(text, time.perf_counter() - started, audio_seconds)
 
-    def has_speech(self, audio: bytes | np.ndarray, sample_rate: int = 24_000) -> bool:
+    def has_speech(self, audio: bytes | np.ndarray, sample_rate: int = RATE) -> bool:
         """Whether the Silero VAD that filters whisper's input hears speech in `audio`."""
         from faster_whisper.vad import VadOptions, get_speech_timestamps
 

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from models.audio import float_to_pcm16, resample
+from models.audio import RATE, float_to_pcm16, resample
 
-OUTPUT_RATE = 24_000
+OUTPUT_RATE = RATE
 # 100 ms at 24 kHz, PCM16: small enough to start playback quickly, large enough to keep overhead low.
 CHUNK_BYTES = 4_800
 

@@ -45,7 +45,8 @@ from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402
 from voice.research import Research  # noqa: E402
-from voice.speech import BYTES_PER_MS, Sentences  # noqa: E402
+from models.audio import BYTES_PER_MS, RATE  # noqa: E402
+from voice.speech import Sentences  # noqa: E402
 
 QUESTIONS = [
     "What does the GNU General Public License say about warranty?",
@@ -143,7 +144,7 @@ class PlainLoop:
 
     def turn(self, clip: bytes) -> dict:
         started = time.perf_counter()
-        question = self.stt.transcribe(clip, 24_000).text
+        question = self.stt.transcribe(clip, RATE).text
         reply = self._ask(question)
         sentences, text, first_audio = Sentences(), "", None
         for piece in reply:
@@ -188,7 +189,7 @@ class Floor:
 
     def measure(self, clip: bytes, depth: int, new: int, sentence: str) -> dict:
         started = time.perf_counter()
-        heard = self.stt.transcribe(clip, 24_000).text
+        heard = self.stt.transcribe(clip, RATE).text
         stt_ms = (time.perf_counter() - started) * 1000
         prefill, decode = self.model_ms(depth, new, len(self.llm._tokenize(sentence)) or 1)
         started = time.perf_counter()
@@ -250,7 +251,7 @@ def main() -> None:
     rows = []
     for n in range(args.turns):
         # The key is let go half a second after the last word.
-        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(48 * RELEASE_MS)
+        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(BYTES_PER_MS * RELEASE_MS)
         ours = parlour_turn(client, clip, args.reply_tokens)
         # Background work is waited for, so each turn is measured alone: after a KV shift that is
         # the exact refresh, about 2 minutes of a full context on the default model.

@@ -102,7 +102,7 @@ def evaluate(profile: str, stt, tts, work: Path, spoken: int, temperature: float
     first_audio = []
     for text in SPOKEN[:spoken]:
         client = Client(quiet.url())
-        metadata = done(client.speak(b"".join(tts.synthesize(text, rate=24_000))))["metadata"]
+        metadata = done(client.speak(b"".join(tts.synthesize(text))))["metadata"]
         first_audio.append(int(metadata["first_audio_ms"]))
         client.close()
     quiet.stop()

@@ -34,7 +34,7 @@ from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_voice import RELEASE_MS, parlour_turn  # noqa: E402
+from bench_voice import BYTES_PER_MS, RELEASE_MS, parlour_turn  # noqa: E402
 
 DOCS = Path("/usr/share/common-licenses")
 
@@ -136,7 +136,7 @@ def main() -> None:
         rows = []
         for n, question in enumerate(QUESTIONS, 1):
             if mode == "spoken":
-                clip = b"".join(tts.synthesize(question.text)) + bytes(48 * RELEASE_MS)
+                clip = b"".join(tts.synthesize(question.text)) + bytes(BYTES_PER_MS * RELEASE_MS)
                 turn = parlour_turn(client, clip, args.reply_tokens)
                 heard, first_audio = turn["heard"], turn["first_audio"]
                 reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""

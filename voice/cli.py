@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from models.audio import AudioError, read_wav, write_wav
+from models.audio import RATE, AudioError, read_wav, write_wav
 from models.engine import EngineRefused
 from models.weights import ModelMissing
 from fitting import FitError
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     say = commands.add_parser("say", parents=[flags], help="speak TEXT into a WAV file with Piper")
     say.add_argument("text", metavar="TEXT")
     say.add_argument("-o", "--output", required=True, metavar="FILE.wav")
-    say.add_argument("--rate", type=int, default=24_000, help="sample rate of the file (default: 24000)")
+    say.add_argument("--rate", type=int, default=RATE, help=f"sample rate of the file (default: {RATE})")
     say.add_argument("--speed", type=float, default=1.0, help="speaking speed, 1.0 is the voice's own")
 
     transcribe = commands.add_parser("transcribe", parents=[flags], help="print what is said in a WAV file")

@@ -33,6 +33,7 @@ from websockets.http11 import Request, Response
 
 from websockets.protocol import State
 
+from models.audio import RATE
 from models.engine import cpu_features
 from models.remote_llm import RemoteLanguageModel
 from voice import http_api
@@ -97,7 +98,7 @@ class Service:
         return cls(config, llm or load_llm(config), stt or load_stt(config), tts or load_tts(config),
                    SessionStore(config.database), knowledge)
 
-    def transcribe(self, audio: bytes, rate: int = 24_000):
+    def transcribe(self, audio: bytes, rate: int = RATE):
         """What whisper hears in `audio`, expecting the knowledge base's names; blocking, so callers
         run it in a worker thread. Drafts, commits and Wyoming audio all come through here."""
         return self.stt.transcribe(audio, rate, hotwords=self.hotwords)

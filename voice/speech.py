@@ -13,9 +13,8 @@ import base64
 import binascii
 import re
 
-from models.audio import AudioError
+from models.audio import BYTES_PER_MS, AudioError
 
-BYTES_PER_MS = 48  # PCM16 mono at 24 kHz
 _SENTENCE_END = re.compile(r"([.!?…]+[\"')\]]*)(\s+)|\n+")
 _WHOLE_WORD = re.compile(r"\S+(?=\s)")
 

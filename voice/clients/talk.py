@@ -20,11 +20,9 @@ from collections import deque
 
 import numpy as np
 
-from models.audio import float_to_pcm16, read_wav, resample, write_wav
+from models.audio import BYTES_PER_MS, RATE, float_to_pcm16, read_wav, resample, write_wav
 from voice.clients.chat import ChatError, open_connection
 
-RATE = 24_000
-BYTES_PER_MS = 48
 APPEND_BYTES = 9_600  # 200 ms per input_audio_buffer.append
 BARGE_IN_LEVEL = 0.08  # input RMS that counts as the user talking over the reply
 BARGE_IN_BLOCKS = 3  # ...for this many blocks in a row (about 300 ms)

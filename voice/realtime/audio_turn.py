@@ -20,7 +20,8 @@ from voice.realtime import events, items
 from voice.realtime.client_events import BadEvent
 from voice.reply_row import ReplyRow
 from voice.realtime.responses import delta_ids, finish, stream_turn
-from voice.speech import BYTES_PER_MS, Sentences, audio_delta
+from models.audio import BYTES_PER_MS, RATE
+from voice.speech import Sentences, audio_delta
 
 
 DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
@@ -57,7 +58,7 @@ def from_draft(stt, audio: bytes, draft) -> Transcript | None:
     if draft is None or not draft.text or draft.covered > len(audio):
         return None
     started = time.perf_counter()
-    if stt.has_speech(audio[max(0, draft.covered - DRAFT_END_CHECK * BYTES_PER_MS):], 24_000):
+    if stt.has_speech(audio[max(0, draft.covered - DRAFT_END_CHECK * BYTES_PER_MS):], RATE):
         return None  # speech after the draft, or the draft ended mid-word
     return Transcript(draft.text, time.perf_counter() - started, len(audio) / (1000 * BYTES_PER_MS))
 

@@ -10,10 +10,11 @@ import typing
 
 from openai.types.realtime import realtime_server_event
 
+from models.audio import RATE
+
 from voice.store import StoredMessage, new_id
 
-SAMPLE_RATE = 24_000
-PCM = {"type": "audio/pcm", "rate": SAMPLE_RATE}
+PCM = {"type": "audio/pcm", "rate": RATE}
 
 
 _UNION = typing.get_args(typing.get_args(realtime_server_event.RealtimeServerEvent)[0])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 
-from models.audio import AudioError
+from models.audio import BYTES_PER_MS, AudioError
 from voice.realtime import events, options
 from voice.realtime.client_events import BadEvent, parse
 from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Effect, RetrieveItem,
@@ -28,12 +28,12 @@ from voice.realtime.turn_detection import VadSettings
 from voice.speech import AudioBuffer
 from voice.store import new_id
 
-MIN_COMMIT_BYTES = 100 * 48  # 100 ms of PCM16 at 24 kHz: less is nothing anyone could have said
+MIN_COMMIT_BYTES = 100 * BYTES_PER_MS  # 100 ms: less is nothing anyone could have said
 # While the key is held, the buffer is transcribed again whenever it has grown by this much (and no
 # draft is running), up to whisper's 30 s window: at release, a draft that ends in silence is the
 # transcript, and nothing is left to decode.
-DRAFT_STEP_BYTES = 500 * 48
-DRAFT_MAX_BYTES = 30_000 * 48
+DRAFT_STEP_BYTES = 500 * BYTES_PER_MS
+DRAFT_MAX_BYTES = 30_000 * BYTES_PER_MS
 
 
 class State(enum.Enum):
@@ -257,7 +257,7 @@ class RealtimeProtocol:
 
     def _on_input_audio_buffer_commit(self, event) -> list[Effect]:
         if len(self.audio.data) < MIN_COMMIT_BYTES:
-            held = len(self.audio.take()) // 48
+            held = len(self.audio.take()) // BYTES_PER_MS
             self._next_generation()
             raise BadEvent(f"the input audio buffer holds {held} ms of audio; commit at least 100 ms",
                            "input_audio_buffer_commit_empty")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.audio import pcm16_to_float, resample
+from models.audio import RATE, pcm16_to_float, resample
 
 VAD_RATE = 16_000
 WINDOW = 512  # samples at 16 kHz: 32 ms, the model's frame
@@ -49,7 +49,7 @@ class SpeechDetector:
         self._silent_windows = 0
 
     def feed(self, pcm: bytes) -> list[tuple[str, int]]:
-        samples = np.concatenate([self._pending, resample(pcm16_to_float(pcm), 24_000, VAD_RATE).astype(np.float32)])
+        samples = np.concatenate([self._pending, resample(pcm16_to_float(pcm), RATE, VAD_RATE).astype(np.float32)])
         whole = len(samples) // WINDOW * WINDOW
         self._pending = samples[whole:]
         if not whole:
