@@ -187,6 +187,15 @@ def test_a_client_gone_mid_reply_leaves_the_service_serving(wyoming_server):
     assert stored[1] == {"role": "user", "content": "Tell me a long story about a lighthouse."}
 
 
+def test_a_reply_that_cannot_fit_ends_its_handling_and_says_why(make_server):
+    port = free_port()
+    make_server(wyoming_port=port, context=512, reply_tokens=64, instructions="Be brief. " * 300)
+    question = Transcript(text="What is two plus two?", context={"conversation_id": "no-room"})
+    events = asyncio.run(exchange(port, [question.event()], "handled", "not-handled"))
+    assert [e.type for e in events][-3:] == ["handled-start", "handled-stop", "not-handled"]
+    assert "system prompt" in events[-1].data["text"]
+
+
 def test_a_busy_model_answers_not_handled(make_server):
     port = free_port()
     make_server(wyoming_port=port, max_queue=1)

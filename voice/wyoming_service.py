@@ -37,6 +37,8 @@ from wyoming.info import (
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
+from fitting import FitError
+from models.llm import ContextOverflow
 from models.remote_llm import ModelServerError
 from voice.speech import Sentences
 from voice.turns import ServerBusy
@@ -191,7 +193,7 @@ class WyomingHandler(AsyncEventHandler):
                 if turn.kind == "delta":
                     said.append(turn.text)
                     await self.write_event(HandledChunk(text=turn.text).event())
-        except (ServerBusy, ModelServerError) as problem:
+        except (ServerBusy, ModelServerError, FitError, ContextOverflow) as problem:  # the reply could not begin
             await self.write_event(HandledStop().event())
             await self.write_event(NotHandled(text=str(problem), context=context).event())
             return
