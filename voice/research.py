@@ -139,6 +139,7 @@ class Research:
 # tokens of them: the 1.5B model, given only the passages, took a neighbouring sentence's figure
 # (eval_research.py).
 KEY_SENTENCE_TOKENS = 120
+KEY_SENTENCE_FLOOR = 0.5
 
 # A document's opening sentences that begin in its first this many characters are kept in spoken
 # evidence: its title, version and date, author and address (the GPL 2's Boston is at 150).
@@ -163,14 +164,18 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
 def key_sentences(question: str, results: list[SearchResult], bound: int, count: Callable[[str], int]) -> str:
     """The sentences of `results` that share the most telling words with `question`, under `bound`
     tokens, each after its passage's number ("[2] ..."), in the passages' order: a text turn reads
-    them after the whole passages. A document's opening is not preferred here: the passages hold it."""
+    them after the whole passages. A document's opening is not preferred here: the passages hold it.
+    Only sentences that share at least half as much as the best one are kept: the 1.5B model
+    answered with a sentence that shared only "license" when it was there."""
     plain = [replace(result, opening=False) for result in results]
-    return "\n".join(f"[{p + 1}] {sentence}" for p, _, sentence in _bearing_sentences(question, plain, bound, count))
+    chosen = _bearing_sentences(question, plain, bound, count, floor=KEY_SENTENCE_FLOOR)
+    return "\n".join(f"[{p + 1}] {sentence}" for p, _, sentence in chosen)
 
 
 def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
-                       count: Callable[[str], int]) -> list[tuple[int, int, str]]:
-    """(passage, position, sentence) of the sentences `spoken_evidence` keeps, in passage order."""
+                       count: Callable[[str], int], floor: float = 0.0) -> list[tuple[int, int, str]]:
+    """(passage, position, sentence) of the sentences `spoken_evidence` keeps, in passage order;
+    with `floor`, only those that share at least that share of the best one's weight."""
     asked = telling_terms(question)
     candidates = []  # (passage, position, sentence, its terms, whether it opens a document)
     for p, result in enumerate(results):
@@ -183,9 +188,10 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
     frequency = Counter(term for _, _, _, shared, _ in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
     ranked = sorted(candidates, key=lambda c: (not c[4], -sum(weight[t] for t in c[3]), c[0], c[1]))
+    best = max((sum(weight[t] for t in c[3]) for c in candidates), default=0.0)
     chosen, used, opened = [], 0, set()
     for p, n, sentence, shared, opens in ranked:
-        if chosen and not shared and not opens:
+        if chosen and (not shared or sum(weight[t] for t in shared) < floor * best) and not opens:
             break
         cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
         if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
