@@ -40,7 +40,7 @@ import jiwer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.realtime import Client, RunningServer, done  # noqa: E402
+from harness.realtime import Client, RunningServer, done  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402

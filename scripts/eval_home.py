@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ollama  # noqa: E402
 
-from tests import home_assistant as ha  # noqa: E402
-from tests.realtime import RunningServer  # noqa: E402
+from harness import home_assistant as ha  # noqa: E402
+from harness.realtime import RunningServer  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from models.llm import LanguageModel  # noqa: E402
 from models.weights import PROFILES, resolve  # noqa: E402
-from tests.realtime import Client, RunningServer, done, reply_text  # noqa: E402
+from harness.realtime import Client, RunningServer, done, reply_text  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402

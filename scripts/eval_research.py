@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.realtime import Client, RunningServer, reply_text  # noqa: E402
+from harness.realtime import Client, RunningServer, reply_text  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 from voice.knowledge import KnowledgeBase  # noqa: E402

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fitting import FitError, estimate, fit
 from fitting.sections import WORKER, split_sections
 from fitting.summary import HEADING, INSTRUCTIONS
-from tests.sessions import SYSTEM, assistant, call, research_session, result, user
+from harness.sessions import SYSTEM, assistant, call, research_session, result, user
 
 
 def check_prompt(messages: list[dict]) -> None:

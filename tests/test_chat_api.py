@@ -13,7 +13,7 @@ import ollama
 import openai
 import pytest
 
-from tests import home_assistant as ha
+from harness import home_assistant as ha
 from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock
 from voice.turns import _without_earlier_commands
 

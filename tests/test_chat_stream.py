@@ -10,7 +10,8 @@ from websockets.exceptions import InvalidStatus
 
 from voice.knowledge import CHUNK_CHARS, KnowledgeBase
 from voice.store import SessionStore
-from tests.realtime import ANSWERED, Client, done, reply_text
+from harness.realtime import ANSWERED, Client, done, reply_text
+from tests.helpers import write_docs
 
 
 def test_a_reply_streams_and_reports_its_figures(server):
@@ -50,15 +51,6 @@ def test_a_follow_up_prompt_holds_the_earlier_turn(server, llm):
     # The second prompt extends the first, so llama.cpp reused the first's cached tokens.
     assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["usage"]["input_tokens"]) - 1
     client.close()
-
-
-def write_docs(folder) -> None:
-    folder.mkdir()
-    (folder / "galway.md").write_text(
-        "# Galway\n\nGalway is a city on the west coast of Ireland. It gets about 1,200 mm of rain a year.\n\n"
-        + "\n\n".join(f"## Section {i}\n\n" + f"Galway history paragraph {i}. " * 40 for i in range(12)))
-    (folder / "cork.html").write_text(
-        "<html><head><title>Cork</title></head><body><h1>Cork</h1><p>Cork is in Munster.</p></body></html>")
 
 
 def test_a_research_turn_is_stored_as_a_tool_exchange(make_server, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from models.audio import read_wav, write_wav
 from models.engine import cpu_features
 from tests.browser import Chromium, chromium_path
-from tests.realtime import Client, done
+from harness.realtime import Client, done
 
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 

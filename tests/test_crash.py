@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.realtime import ANSWERED, Client, done, reply_text
-from tests.test_chat_stream import write_docs
+from harness.realtime import ANSWERED, Client, done, reply_text
+from tests.helpers import write_docs
 from voice.knowledge import KnowledgeBase
 from voice.store import SessionStore
 

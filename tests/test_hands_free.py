@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.realtime import ANSWERED, Client, done
+from harness.realtime import ANSWERED, Client, done
 
 SILENCE = b"\0\0" * 24_000  # one second at 24 kHz
 

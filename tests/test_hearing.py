@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tests.realtime import Client
+from harness.realtime import Client
 from voice.knowledge import KnowledgeBase
 
 ASKED = [

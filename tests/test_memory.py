@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from models.tool_calls import new_call
-from tests.realtime import ANSWERED, Client, done, reply_text
+from harness.realtime import ANSWERED, Client, done, reply_text
 from voice.recall import recalled
 from voice.store import SessionStore
 

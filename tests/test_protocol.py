@@ -8,7 +8,7 @@ import copy
 import itertools
 import json
 
-from tests.realtime import ANSWERED, Client, done, reply_text
+from harness.realtime import ANSWERED, Client, done, reply_text
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

@@ -17,8 +17,8 @@ import pytest
 from models.llm import LanguageModel
 from models.remote_llm import ModelServerError, RemoteLanguageModel
 from models.weights import resolve
-from tests.realtime import ANSWERED, Client, done, reply_text
-from tests.test_wyoming import free_port
+from harness.realtime import ANSWERED, Client, done, reply_text
+from tests.helpers import free_port
 
 
 class ModelServer:

@@ -11,7 +11,7 @@ import threading
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from tests.realtime import ANSWERED, Client, done
+from harness.realtime import ANSWERED, Client, done
 from voice.hosts import HostCheck
 from voice.model_queue import ModelQueue
 

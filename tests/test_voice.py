@@ -15,7 +15,7 @@ import numpy as np
 from openai import AsyncOpenAI
 
 from voice.speech import Sentences
-from tests.realtime import ANSWERED, SERVER_EVENT, Client, done
+from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
 
 
 def words(text: str) -> str:

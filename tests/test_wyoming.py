@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 
 import jiwer
 import numpy as np
@@ -18,17 +17,12 @@ from wyoming.handle import Handled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from tests.helpers import free_port
 from voice.wyoming_service import session_for
 
 
 def words(text: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Test harness: a real Parlour server on 127.0.0.1 (ephemeral port) and a strict protocol client."""
+"""A real Parlour server on 127.0.0.1 (ephemeral port) and a strict protocol client, for tests and benchmarks."""
 
 from __future__ import annotations
 
