@@ -50,6 +50,13 @@ class FitResult:
     message_tokens: dict[int, int] = field(default_factory=dict)  # input index -> tokens as measured
     history_end: int = 0  # one past the last input index of the newest exchange no longer in the prompt
 
+    @property
+    def dropped(self) -> int:
+        """How many messages this fit took out of the prompt with no summary in the prompt holding
+        them (a summary too large for the room the current turn leaves is stored but not attached)."""
+        return sum(len(s.removed) for s in self.steps
+                   if s.stage == "exchange" and (s.detail == "dropped" or self.summary is None))
+
     def to_json(self) -> dict:
         return {
             "prompt_tokens": self.prompt_tokens,

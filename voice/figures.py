@@ -11,7 +11,11 @@ sent in `response.done`, and served by `GET /v1/figures`, so all three agree.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
+
+from fitting import FitResult
+from models.llm import ReplyStats
 
 
 def ms(seconds: float) -> int:
@@ -55,6 +59,19 @@ class TurnFigures:
     def since_start(self) -> int:
         """Milliseconds from the turn's start to now."""
         return ms(time.perf_counter() - self.started)
+
+    def fitted(self, result: FitResult) -> None:
+        """The fit's figures: what it kept, what it took out, and how."""
+        stages = Counter(step.stage for step in result.steps)
+        self.prompt_tokens_fitted, self.removed = result.prompt_tokens, len(result.removed)
+        self.fit_steps = ",".join(f"{stage}:{n}" for stage, n in stages.items())
+        self.summary, self.dropped = bool(result.summary), result.dropped
+
+    def generated(self, stats: ReplyStats) -> None:
+        """The model's figures for the reply: its prompt, the cache reused, what it wrote."""
+        self.prompt_tokens, self.cached_tokens = stats.prompt_tokens, stats.cached_tokens
+        self.evaluated_tokens, self.shifted_tokens = stats.evaluated_tokens, stats.shifted_tokens
+        self.completion_tokens, self.finish_reason = stats.completion_tokens, stats.finish_reason
 
     def end(self, status: str) -> None:
         self.status, self.total_ms = status, self.since_start()

@@ -1,9 +1,12 @@
-"""The queue for the language model: who uses it next."""
+"""The language model's queue (who uses it next) and the worker thread a reply is generated in."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import AsyncIterator
+
+from models.llm import ReplyStream
 
 
 class ModelQueue:
@@ -49,3 +52,32 @@ class ModelQueue:
                     future.set_result(None)  # the place passes to this waiter
                     return
         self._holders -= 1
+
+
+async def in_worker(reply: ReplyStream) -> AsyncIterator[str]:
+    """The reply's pieces, generated in a worker thread so the event loop stays free."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    def work() -> None:
+        try:
+            for piece in reply:
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+        except BaseException as error:  # handed to the event loop, raised there
+            loop.call_soon_threadsafe(queue.put_nowait, error)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, done)
+
+    worker = loop.run_in_executor(None, work)
+    finished = False
+    try:
+        while (item := await queue.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+        finished = True
+    finally:
+        if not finished:  # the consumer stopped early: stop the model too
+            reply.cancel()
+        await asyncio.shield(worker)

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
-from models.llm import LanguageModel, ReplyStream
+from models.llm import LanguageModel
 from models.remote_llm import RemoteLanguageModel
 from models.tool_calls import CallScanner
 from voice.figures import TurnFigures, ms
 from voice.reply_row import ReplyRow
-from voice.model_queue import ModelQueue
+from voice.model_queue import ModelQueue, in_worker
 from voice.research import DESCRIBED, SEARCH_TOOL, Research, tool_instructions
 from voice.store import SessionStore, StoredMessage, new_id
 
@@ -92,34 +92,6 @@ class TurnEngine:
         finally:
             self._waiting -= 1
         return transcript, time.perf_counter() - started
-
-    async def _stream(self, reply: ReplyStream) -> AsyncIterator[str]:
-        """The reply's pieces, generated in a worker thread so the event loop stays free."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        done = object()
-
-        def work() -> None:
-            try:
-                for piece in reply:
-                    loop.call_soon_threadsafe(queue.put_nowait, piece)
-            except BaseException as error:  # handed to the event loop, raised there
-                loop.call_soon_threadsafe(queue.put_nowait, error)
-            finally:
-                loop.call_soon_threadsafe(queue.put_nowait, done)
-
-        worker = loop.run_in_executor(None, work)
-        finished = False
-        try:
-            while (item := await queue.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-            finished = True
-        finally:
-            if not finished:  # the consumer stopped early: stop the model too
-                reply.cancel()
-            await asyncio.shield(worker)
 
     # A turn ----------------------------------------------------------------------------------
     async def respond(self, session_id: str, cancel: threading.Event, instructions: str | None = None,
@@ -226,7 +198,7 @@ class TurnEngine:
                                                            spoken_question is not None, budget)
             figures.fit_ms = (figures.fit_ms or 0) + ms(time.perf_counter() - fit_started - summarized_s)
             figures.summarized_ms = (figures.summarized_ms or 0) + ms(summarized_s)
-            _fit_figures(result, figures)
+            figures.fitted(result)
             # After the results, the reply may not open with a call: small models repeat theirs. A
             # client's `required` or named tool_choice makes the first attempt open with one.
             # (Rendering and tokenizing the prompt is blocking work too: a worker thread does it.)
@@ -242,7 +214,7 @@ class TurnEngine:
             # on the second attempt a search is not run again, only kept out of the reply.
             names = [t["function"]["name"] for t in offered]
             scanner = CallScanner(names, DESCRIBED if ask_model else None) if offered else None
-            async for piece in self._stream(reply):
+            async for piece in in_worker(reply):
                 if cancel.is_set():
                     reply.cancel()
                     break
@@ -250,7 +222,7 @@ class TurnEngine:
                     piece = scanner.feed(piece)
                 if piece:
                     yield TurnEvent("delta", text=piece)
-            _stats_figures(reply, figures)
+            figures.generated(reply.stats)
             if scanner is None or cancel.is_set():
                 return
             parsed = scanner.finish()
@@ -345,7 +317,7 @@ class TurnEngine:
                                     condense_with=None if spoken else self._section_notes, budget=budget)
 
         result, summarized_s = fitted(), 0.0
-        if _dropped(result):
+        if result.dropped:
             started = time.perf_counter()
             if self._summarize_now(session_id, result.history_end):
                 result = fitted()
@@ -463,26 +435,3 @@ def _without_earlier_commands(messages: list[dict]) -> list[dict]:
     return kept
 
 
-def _dropped(result: FitResult) -> int:
-    """How many messages this fit took out of the prompt with no summary in the prompt holding them
-    (a summary too large for the room the current turn leaves is stored but not attached)."""
-    return sum(len(s.removed) for s in result.steps
-               if s.stage == "exchange" and (s.detail == "dropped" or result.summary is None))
-
-
-def _fit_figures(result: FitResult, figures: TurnFigures) -> None:
-    stages: dict[str, int] = {}
-    for step in result.steps:
-        stages[step.stage] = stages.get(step.stage, 0) + 1
-    figures.prompt_tokens_fitted = result.prompt_tokens
-    figures.removed = len(result.removed)
-    figures.fit_steps = ",".join(f"{k}:{v}" for k, v in stages.items())
-    figures.summary = bool(result.summary)
-    figures.dropped = _dropped(result)
-
-
-def _stats_figures(reply: ReplyStream, figures: TurnFigures) -> None:
-    stats = reply.stats
-    figures.prompt_tokens, figures.cached_tokens = stats.prompt_tokens, stats.cached_tokens
-    figures.evaluated_tokens, figures.shifted_tokens = stats.evaluated_tokens, stats.shifted_tokens
-    figures.completion_tokens, figures.finish_reason = stats.completion_tokens, stats.finish_reason
