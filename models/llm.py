@@ -26,7 +26,7 @@ import numpy as np
 from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from models.engine import EngineSettings, open_llama
+from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
 from models.tool_calls import MARKERS
 
@@ -181,7 +181,11 @@ class _SavedCache:
 
 
 class LanguageModel:
-    """One loaded GGUF model. Replies run one at a time; counting may run beside them."""
+    """One loaded GGUF model (models.model.Model). Replies run one at a time; counting may run
+    beside them."""
+
+    warms = True  # the prompt can be evaluated ahead of a turn (prefill)
+    backend = "local"
 
     def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
                  repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True, repack: bool = False):
@@ -347,6 +351,9 @@ class LanguageModel:
                 self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
                 evaluated += len(prompt[start:start + batch])
             return evaluated
+
+    def health(self) -> dict:
+        return {"engine": {"cpu_features": cpu_features(), **self.engine.as_json()}}
 
     @property
     def approximate(self) -> int:

@@ -73,12 +73,20 @@ class ServerTokenizer:
 
 
 class RemoteLanguageModel:
+    """A model on an OpenAI-compatible server (models.model.Model): it cannot shift or warm a cache
+    that Parlour does not hold."""
+
+    kv_shift = False
+    warms = False
+    approximate = 0
+
     def __init__(self, url: str, api_key: str = "", tokenizer: LanguageModel | None = None,
                  context: int = 8192, slots: int = 1, timeout: float = 120.0):
         parts = urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"llm_url must be an http(s) URL such as http://127.0.0.1:8080/v1, got {url!r}")
         self.url, self._parts = url.rstrip("/"), parts
+        self.backend = self.url
         self.api_key, self.tokenizer, self.context, self.timeout = api_key, tokenizer, context, timeout
         self.knows_tools = tokenizer.knows_tools if tokenizer else True
         self.name = f"{parts.netloc} ({tokenizer.path.name if tokenizer else 'remote model'})"
@@ -162,6 +170,9 @@ class RemoteLanguageModel:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
+
+    def health(self) -> dict:
+        return {"backend": self.url, "model_server": self.ping(), "measured_by": self.measured_by}
 
     def ping(self, timeout: float = 3.0) -> str:
         """"answers", or why not, from `GET {llm_url}/models`."""

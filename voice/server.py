@@ -34,8 +34,6 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from models.audio import RATE
-from models.engine import cpu_features
-from models.remote_llm import RemoteLanguageModel
 from voice import http_api
 from voice.chat import routes as chat_routes
 from voice.config import Config
@@ -76,7 +74,7 @@ class Service:
         framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
         self.research = Research(config.research, knowledge, store, spoken_tokens=config.voice_research_tokens,
                                  count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
-        remote = isinstance(llm, RemoteLanguageModel)
+        remote = llm.backend != "local"
         # A server's context is what it says one request gets (llama.cpp's /props), else `context`.
         self.engine = TurnEngine(llm, store, self.research, llm.context if remote else config.context,
                                  config.reply_tokens, config.max_queue,
@@ -158,15 +156,9 @@ class Service:
         return http_api.json_reply(HTTPStatus.OK, [f.as_json() for f in self.engine.recent if f.session_id in mine])
 
     async def health(self) -> dict:
-        health = {"status": "ok", "model": self.llm.name, "backend": "local",
-                  "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}", "voice": self.voice_name,
-                  "waiting": self.engine.waiting}
-        if isinstance(self.llm, RemoteLanguageModel):
-            health.update(backend=self.llm.url, model_server=await asyncio.to_thread(self.llm.ping),
-                          measured_by=self.llm.measured_by)
-        else:
-            health["engine"] = {"cpu_features": cpu_features(), **self.llm.engine.as_json()}
-        return health
+        return {"status": "ok", "model": self.llm.name, "backend": self.llm.backend,
+                "stt": f"{self.stt.path.parent.name}/{self.stt.path.name}", "voice": self.voice_name,
+                "waiting": self.engine.waiting, **await asyncio.to_thread(self.llm.health)}
 
     async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """The websocket handshake (voice.front_door sends only upgrades here)."""

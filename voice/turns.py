@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
-from models.llm import LanguageModel
-from models.remote_llm import RemoteLanguageModel
+from models.model import Model
 from models.tool_calls import CallScanner
 from voice.figures import TurnFigures, ms
 from voice.reply_row import ReplyRow
@@ -59,7 +58,7 @@ class TurnEvent:
 
 
 class TurnEngine:
-    def __init__(self, llm: LanguageModel | RemoteLanguageModel, store: SessionStore, research: Research,
+    def __init__(self, llm: Model, store: SessionStore, research: Research,
                  context: int, reply_tokens: int = 256, max_queue: int = 8, temperature: float = 0.2,
                  max_inflight: int = 1):
         self.llm, self.store, self.research = llm, store, research
@@ -70,7 +69,7 @@ class TurnEngine:
         # removes only what must go (ADR 0140). Otherwise a removal re-evaluates everything after
         # the first removed piece, and history goes down to half the budget at once, which makes
         # those re-prefills rare (a 4,700-token one cost about 24 s here).
-        self.low_water = None if getattr(llm, "kv_shift", False) else self.budget // 2
+        self.low_water = None if llm.kv_shift else self.budget // 2
         self.reply_tokens, self.max_queue, self.temperature = reply_tokens, max_queue, temperature
         self._model = ModelQueue(max_inflight)
         self._waiting = 0
@@ -172,7 +171,7 @@ class TurnEngine:
         finally:
             self._model.release()
         self.recent = (self.recent + [figures])[-20:]  # the record itself: a speaker adds its figures after
-        if getattr(self.llm, "approximate", 0):  # a shift's cache, read by this reply: make it exact for the next
+        if self.llm.approximate:  # a shift's cache, read by this reply: make it exact for the next
             self.warm(session_id, exact=True)
         yield TurnEvent("done", stored=[stored_reply] if stored_reply else [], figures=figures)
         self._in_background(self._summarize_ahead(session_id))
@@ -272,7 +271,7 @@ class TurnEngine:
         never waits for it; the turn that follows then pays only for itself. With `exact`, what a
         KV shift kept is evaluated again, so the shift's approximation lasts until the model has
         been idle long enough to redo it. Only a model in this process is warmed."""
-        if getattr(self.llm, "prefill", None) is not None:
+        if self.llm.warms:
             self._in_background(self._warm(session_id, instructions, exact))
 
     async def _warm(self, session_id: str | None, instructions: str, exact: bool = False) -> None:

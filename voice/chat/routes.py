@@ -14,7 +14,7 @@ from http import HTTPStatus
 from pathlib import Path
 
 from fitting import FitError
-from models.remote_llm import ModelServerError, RemoteLanguageModel
+from models.remote_llm import ModelServerError
 from voice import http_api
 from voice.chat import ollama, openai_chat
 from voice.chat.thread import BadHistory
@@ -104,7 +104,7 @@ def _show(service) -> dict:
     context = service.engine.budget + service.engine.reply_tokens
     return {"modelfile": "", "parameters": f"num_ctx {context}", "template": "", "details": _details(service),
             "model_info": {"general.name": service.llm.name, "parlour.context_length": context,
-                           "parlour.backend": "remote" if isinstance(service.llm, RemoteLanguageModel) else "local"},
+                           "parlour.backend": "local" if service.llm.backend == "local" else "remote"},
             "capabilities": ["completion", "tools"], "modified_at": ollama.now()}
 
 

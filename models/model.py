@@ -1,0 +1,44 @@
+"""What the service needs of a language model, wherever it runs.
+
+`models.llm.LanguageModel` runs the model in this process; `models.remote_llm.RemoteLanguageModel`
+asks an OpenAI-compatible server. The turn engine, the server and the chat APIs read these
+attributes rather than asking which class they hold.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from fitting.messages import Message
+    from models.llm import ReplyStream
+
+
+class Model(Protocol):
+    name: str
+    context: int  # tokens one request gets
+    knows_tools: bool  # the chat template declares tools natively
+    prompt_overhead: int  # tokens every prompt has beyond its messages
+    # Removing a span from the cached prompt keeps what follows it, shifted: fitting then removes
+    # only what must go. A model server re-evaluates after the first change instead.
+    kv_shift: bool
+    # The prompt can be evaluated ahead of a turn (`prefill`): only a model in this process.
+    warms: bool
+    # Where it runs, for /healthz and the chat APIs: "local", or the server's URL.
+    backend: str
+
+    @property
+    def approximate(self) -> int:
+        """Cached tokens a KV shift kept rather than evaluated exactly (0 where nothing shifts)."""
+
+    def count(self, messages: list[Message], tools: list[dict] | None = None) -> int: ...
+    def count_message(self, message: Message) -> int: ...
+    def measure(self, messages: list[Message]) -> int: ...
+    def tools_tokens(self, tools: list[dict] | None) -> int: ...
+    def stream(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
+               tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
+               must_call: bool = False) -> ReplyStream: ...
+    def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str: ...
+    def health(self) -> dict:
+        """What /healthz says of it: the engine's settings here, or whether the server answers.
+        Blocking (a server is asked): call it from a worker thread."""
