@@ -47,7 +47,7 @@ from voice.turns import TurnEngine
 
 log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
-PAGE = Path(__file__).parent / "clients" / "page.html"
+PAGE = (Path(__file__).parent / "clients" / "page.html").read_bytes()  # read once, not per request
 MAX_UNREAD_MESSAGES = 4
 
 
@@ -135,7 +135,7 @@ class Service:
         if refused := self.refusal(request.headers_named("host"), request.headers_named("origin")):
             return http_api.text_reply(HTTPStatus.FORBIDDEN, refused)
         if request.method == "GET" and request.path == "/":
-            return http_api.Reply(HTTPStatus.OK, PAGE.read_bytes(), "text/html; charset=utf-8")
+            return http_api.Reply(HTTPStatus.OK, PAGE, "text/html; charset=utf-8")
         if request.method == "GET" and request.path == "/healthz":
             return http_api.json_reply(HTTPStatus.OK, await self.health())
         if request.path in chat_routes.PATHS:

@@ -20,6 +20,7 @@ Anything else a client sends is answered with an `error` event, and the connecti
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import threading
@@ -52,16 +53,22 @@ def session_for(conversation_id: str) -> str:
     return "wyoming_" + hashlib.sha256(conversation_id.encode()).hexdigest()[:24]
 
 
+@functools.cache
+def _version(package: str) -> str:
+    """Read from the installed package's metadata once: a file read is no work for the event loop."""
+    return version(package)
+
+
 def describe(service) -> Info:
     """Honest names of the three programs and the models behind them."""
-    ours = version("parlour")
+    ours = _version("parlour")
     parlour = Attribution(name="Parlour", url=f"http://{service.config.host}:{service.port}/")  # its own page
     whisper = AsrModel(name=service.stt.path.name, description="faster-whisper (CTranslate2, int8)",
                        attribution=Attribution("OpenAI Whisper via faster-whisper", "https://github.com/SYSTRAN/faster-whisper"),
-                       installed=True, version=version("faster-whisper"), languages=[service.stt.language])
+                       installed=True, version=_version("faster-whisper"), languages=[service.stt.language])
     voice = TtsVoice(name=service.tts.name, description=f"Piper voice {service.tts.name}",
                      attribution=Attribution("Piper", "https://github.com/OHF-Voice/piper1-gpl"),
-                     installed=True, version=version("piper-tts"), languages=[service.tts.name.split("-")[0]])
+                     installed=True, version=_version("piper-tts"), languages=[service.tts.name.split("-")[0]])
     assistant = HandleModel(name=service.llm.name, description="the language model, with memory",
                             attribution=parlour, installed=True, version=ours, languages=["en"])
     return Info(
