@@ -4,158 +4,30 @@
 rendered prompt's tokens exactly (`count`) and per message (`count_message`, cached, so fitting
 measures each message once), and streams replies (`stream`) that can be cancelled from another
 thread. Every reply reports how much of the prompt llama.cpp reused from its KV cache: a prompt
-that extends the previous one costs only its new tokens.
-
-Templates that know no tools (SmolLM2's ChatML among them) get tool exchanges as plain text: the
-call becomes a line in the assistant's message and the results a user-role message, which keeps
-strict templates' role alternation intact.
+that extends the previous one costs only its new tokens. The template itself is
+models.chat_template's; the reply as it streams is models.reply's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import numpy as np
-from markupsafe import Markup
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from models.chat_template import ChatTemplate, CountCache, Message
 from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
+from models.reply import ContextOverflow, ReplyStream
 from models.tool_calls import MARKERS
-
-Message = dict  # the OpenAI chat message shape: role, content, tool_calls, tool_call_id
 
 # Fixed system message used to measure a lone non-system message: the template renders the pair,
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
-
-
-class CountCache:
-    """Token counts of messages, keyed by a 16-byte digest of the message (so the cache's size does
-    not depend on how long messages are), least recently used out first, safe from several threads.
-    About 190 bytes an entry: 9.5 MB at the bound."""
-
-    def __init__(self, entries: int = 50_000):
-        self.entries = entries
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def clear(self) -> None:
-        with self._lock:
-            self._counts.clear()
-
-    def get(self, message: Message, count: Callable[[Message], int]) -> int:
-        key = hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
-        with self._lock:
-            if key in self._counts:
-                self._counts.move_to_end(key)
-                return self._counts[key]
-        value = count(message)  # outside the lock: counting renders and tokenizes
-        with self._lock:
-            self._counts[key] = value
-            while len(self._counts) > self.entries:
-                self._counts.popitem(last=False)
-        return value
-
-
-class ContextOverflow(ValueError):
-    """A prompt longer than the model's context window."""
-
-
-@dataclass
-class ReplyStats:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens reused from the KV cache
-    evaluated_tokens: int = 0  # prompt tokens the model had to process
-    completion_tokens: int = 0
-    shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
-    finish_reason: str = ""  # "stop", "length" or "cancelled"
-
-
-@dataclass
-class ReplyStream:
-    """Iterate for text pieces as they are generated; `cancel()` from any thread stops it."""
-
-    _pieces: Iterator[str]
-    stats: ReplyStats = field(default_factory=ReplyStats)
-    _cancelled: threading.Event = field(default_factory=threading.Event)
-    _on_cancel: Callable[[], None] | None = None  # what else stops it (a remote reply closes its stream)
-
-    def __iter__(self) -> Iterator[str]:
-        return self._pieces
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        if self._on_cancel is not None:
-            self._on_cancel()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def text(self) -> str:
-        """Consume the whole stream and return the reply."""
-        return "".join(self)
-
-
-def tool_call_text(call: dict) -> str:
-    function = call.get("function") or {}
-    return f"[tool call {call.get('id', '')}: {function.get('name', '')}({function.get('arguments', '')})]"
-
-
-def as_plain_text(messages: list[Message]) -> list[Message]:
-    """Tool exchanges rewritten as ordinary turns, for templates that cannot express tools.
-
-    A call becomes a line of the assistant's message and its results a user-role message;
-    consecutive messages of one role are then joined, since strict templates want roles to
-    alternate (parallel results, or results followed by the next question, would break that).
-    """
-    plain: list[Message] = []
-    for message in messages:
-        role, content = message.get("role"), message.get("content") or ""
-        if role == "assistant" and message.get("tool_calls"):
-            calls = "\n".join(tool_call_text(call) for call in message["tool_calls"])
-            role, content = "assistant", f"{content}\n{calls}".strip()
-        elif role == "tool":
-            role, content = "user", f"[tool result {message.get('tool_call_id', '')}]\n{content}"
-        if plain and plain[-1]["role"] == role and role != "system":
-            plain[-1]["content"] += "\n\n" + content
-        else:
-            plain.append({"role": role, "content": content})
-    return plain
-
-
-def _for_template(message: Message) -> Message:
-    """A message as chat templates expect it: content a string, and tool-call arguments an object
-    (templates apply `tojson` to them; a JSON string would be encoded twice)."""
-    shaped = {**message, "content": message.get("content") or ""}
-    if message.get("tool_calls"):
-        shaped["tool_calls"] = [
-            {**call, "function": {**call["function"], "arguments": _arguments(call["function"].get("arguments"))}}
-            for call in message["tool_calls"]
-        ]
-    return shaped
-
-
-def _arguments(arguments: object) -> object:
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except json.JSONDecodeError:
-            return arguments
-    return arguments
-
-
-def _tojson(value: object, indent: int | None = None) -> Markup:
-    return Markup(json.dumps(value, ensure_ascii=False, indent=indent))
 
 
 def _may_open_a_call(piece: str) -> bool:
@@ -164,10 +36,6 @@ def _may_open_a_call(piece: str) -> bool:
     if piece and not start:
         return True
     return bool(start) and any(start.startswith(o) or o.startswith(start) for o in MARKERS)
-
-
-def _raise(message: str) -> None:
-    raise jinja2.TemplateError(message)
 
 
 @dataclass(frozen=True)
@@ -206,12 +74,8 @@ class LanguageModel:
         source = metadata.get("tokenizer.chat_template")
         if not source:
             raise ValueError(f"{self.path} has no chat template in its metadata")
-        environment = ImmutableSandboxedEnvironment(loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True)
-        # Templates are written for transformers' `tojson`, which does not HTML-escape: Jinja's own
-        # would turn a "<" in tool arguments into "\u003c", text the model never saw in training.
-        environment.filters["tojson"] = _tojson
-        self._template = environment.from_string(source)
-        self.knows_tools = "tool_calls" in source
+        self._template = ChatTemplate(source)
+        self.knows_tools = self._template.knows_tools
         vocab_token = lambda key: self._llm.detokenize([int(metadata[key])], special=True).decode(
             "utf-8", "replace") if key in metadata else ""
         self._bos_text = vocab_token("tokenizer.ggml.bos_token_id")
@@ -227,14 +91,7 @@ class LanguageModel:
 
     # Rendering and counting -------------------------------------------------------------------
     def _render(self, messages: list[Message], generation_prompt: bool, tools: list[dict] | None = None) -> str:
-        if not self.knows_tools:
-            messages = as_plain_text(messages)
-        else:
-            messages = [_for_template(m) for m in messages]
-        return self._template.render(
-            messages=messages, add_generation_prompt=generation_prompt, bos_token=self._bos_text,
-            eos_token=self._eos_text, raise_exception=_raise, tools=tools if self.knows_tools else None,
-        )
+        return self._template.render(messages, generation_prompt, tools, self._bos_text, self._eos_text)
 
     def _tokenize(self, text: str) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)

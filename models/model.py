@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from fitting.messages import Message
-    from models.llm import ReplyStream
+    from models.reply import ReplyStream
 
 
 class Model(Protocol):

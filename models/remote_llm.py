@@ -30,7 +30,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from models.llm import CountCache, LanguageModel, Message, ReplyStream
+from models.chat_template import CountCache, Message
+from models.llm import LanguageModel
+from models.reply import ReplyStream
 
 ESTIMATE_CHARS_PER_TOKEN = 3
 MESSAGE_OVERHEAD_ESTIMATE = 5  # role markers and separators, per message, when estimating

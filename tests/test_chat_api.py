@@ -15,7 +15,7 @@ import pytest
 
 from harness import home_assistant as ha
 from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock
-from voice.turns import _without_earlier_commands
+from voice.chat.thread import without_earlier_commands
 
 
 def ollama_client(server, key: str | None = None) -> ollama.AsyncClient:
@@ -82,7 +82,7 @@ def test_earlier_commands_leave_the_prompt_and_the_rest_stays():
               {"role": "user", "content": "Who wrote the GPL?"}, call("search"), {"role": "tool", "content": "FSF"},
               {"role": "assistant", "content": "The FSF."},
               {"role": "user", "content": "Fan off."}, call("HassTurnOff"), {"role": "tool", "content": "ok"}]
-    kept = [m["content"] for m in _without_earlier_commands(prompt)]
+    kept = [m["content"] for m in without_earlier_commands(prompt, {"search"})]
     assert kept == ["home", "Who wrote the GPL?", None, "FSF", "The FSF.", "Fan off.", None, "ok"]
 
 

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from models.llm import ContextOverflow, as_plain_text
+from models.chat_template import as_plain_text
+from models.reply import ContextOverflow
 from models.tool_calls import MARKERS
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
@@ -159,10 +160,10 @@ STRICT_TEMPLATE = (
 
 
 def test_strict_templates_get_alternating_roles_and_per_message_counts(tiny_llm):
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from models.chat_template import ChatTemplate
 
     original = tiny_llm._template
-    tiny_llm._template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(STRICT_TEMPLATE)
+    tiny_llm._template = ChatTemplate(STRICT_TEMPLATE)
     tiny_llm._counts.clear()
     try:
         # Results followed by the next question would be two user turns in a row without the join.

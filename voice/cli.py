@@ -18,7 +18,7 @@ from models.engine import EngineRefused
 from models.weights import ModelMissing
 from fitting import FitError
 from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
-from models.llm import tool_call_text
+from models.chat_template import tool_call_text
 from voice.clients.chat import ChatError
 from voice.replay import ReplayError, load_messages
 from voice.store import UnknownSession

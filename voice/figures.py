@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from fitting import FitResult
-from models.llm import ReplyStats
+from models.reply import ReplyStats
 
 
 def ms(seconds: float) -> int:

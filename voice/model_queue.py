@@ -6,7 +6,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 
-from models.llm import ReplyStream
+from models.reply import ReplyStream
 
 
 class ModelQueue:

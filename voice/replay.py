@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from fitting import FitResult, estimate, fit
-from models.llm import tool_call_text
+from models.chat_template import tool_call_text
 from voice.turns import SUMMARY_REPLY_TOKENS
 
 

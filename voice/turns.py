@@ -28,6 +28,7 @@ from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize
 from models.model import Model
 from models.tool_calls import CallScanner
+from voice.chat.thread import without_earlier_commands
 from voice.figures import TurnFigures, ms
 from voice.reply_row import ReplyRow
 from voice.model_queue import ModelQueue, in_worker
@@ -108,7 +109,7 @@ class TurnEngine:
         turn's research is cut to the sentences that bear on the question (voice.research).
 
         `temperature` is the client's, else the service's. Without `earlier_calls`, earlier
-        exchanges that called the client's functions leave the prompt (`_without_earlier_commands`).
+        exchanges that called the client's functions leave the prompt (voice.chat.thread.without_earlier_commands).
         A client's `context` smaller than the service's (Ollama's `num_ctx`) is what the prompt and
         the reply are fitted into.
 
@@ -205,7 +206,7 @@ class TurnEngine:
             # Right after function results the reply answers from them: the 1.5B otherwise often
             # called the same function again.
             after_results = result.messages[-1]["role"] == "tool"
-            prompt = result.messages if earlier_calls or not client else _without_earlier_commands(result.messages)
+            prompt = result.messages if earlier_calls or not client else without_earlier_commands(result.messages, {SEARCH_TOOL["function"]["name"]})
             reply = await asyncio.to_thread(
                 self.llm.stream, prompt, max_tokens or self.reply_tokens, temperature, native,
                 open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
@@ -405,32 +406,3 @@ class TurnEngine:
         """Wait for background summaries (tests and shutdown)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
-
-
-def _without_earlier_commands(messages: list[dict]) -> list[dict]:
-    """The prompt less the earlier exchanges in which the client's functions were called: the
-    question, the calls, the results and the reply that reported them. Shown those, the small models
-    answer the next command as the last one was answered, in words, without calling anything
-    (scripts/eval_home.py, commands in one conversation: Qwen2.5-Coder-1.5B called the right tool
-    for 1 of 20; without the results and reports, 4; with the calls alone, 2). The store keeps all
-    of it; exchanges without a client's call, researched ones included, stay in the prompt. For
-    clients whose functions act (Home Assistant's): a result that informs (the weather) would be
-    lost to the questions after it."""
-    last_question = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages))
-    kept: list[dict] = []
-    exchange: list[dict] = []  # the exchange being read, from its question on
-    commanded = False
-    for position, message in enumerate(messages):
-        if message["role"] == "user" or position == last_question:
-            if not commanded:
-                kept += exchange
-            exchange, commanded = [], False
-        if position >= last_question or message["role"] == "system":
-            kept.append(message)
-            continue
-        exchange.append(message)
-        if message["role"] == "assistant" and message.get("tool_calls"):
-            commanded |= SEARCH_TOOL["function"]["name"] not in [c["function"]["name"] for c in message["tool_calls"]]
-    return kept
-
-

@@ -39,7 +39,7 @@ from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from fitting import FitError
-from models.llm import ContextOverflow
+from models.reply import ContextOverflow
 from models.remote_llm import ModelServerError
 from voice.speech import Sentences
 from voice.turns import ServerBusy

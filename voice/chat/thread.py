@@ -138,3 +138,30 @@ def remember(store: SessionStore, owner: str, session_id: str, history: list[dic
     store.save_thread(owner, "conversation:" + fingerprint(history), session_id, only=True)
     if device:
         store.save_thread(owner, "device:" + device, session_id)
+
+
+def without_earlier_commands(messages: list[dict], ours: set[str]) -> list[dict]:
+    """The prompt less the earlier exchanges in which the client's functions were called: the
+    question, the calls, the results and the reply that reported them. Shown those, the small models
+    answer the next command as the last one was answered, in words, without calling anything
+    (scripts/eval_home.py, commands in one conversation: Qwen2.5-Coder-1.5B called the right tool
+    for 1 of 20; without the results and reports, 4; with the calls alone, 2). The store keeps all
+    of it; exchanges without a client's call, researched ones included, stay in the prompt. For
+    clients whose functions act (Home Assistant's): a result that informs (the weather) would be
+    lost to the questions after it. Calls to `ours` (Parlour's own search) are not the client's."""
+    last_question = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages))
+    kept: list[dict] = []
+    exchange: list[dict] = []  # the exchange being read, from its question on
+    commanded = False
+    for position, message in enumerate(messages):
+        if message["role"] == "user" or position == last_question:
+            if not commanded:
+                kept += exchange
+            exchange, commanded = [], False
+        if position >= last_question or message["role"] == "system":
+            kept.append(message)
+            continue
+        exchange.append(message)
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            commanded |= any(c["function"]["name"] not in ours for c in message["tool_calls"])
+    return kept

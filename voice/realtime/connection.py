@@ -21,7 +21,7 @@ import logging
 from websockets.exceptions import ConnectionClosed
 
 from fitting import FitError
-from models.llm import ContextOverflow
+from models.reply import ContextOverflow
 from models.remote_llm import ModelServerError
 from voice.figures import TurnFigures
 from voice.realtime import events, items

@@ -1,0 +1,47 @@
+"""A reply as it streams, from the model here or on a server: its pieces, its figures, its cancel."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+
+class ContextOverflow(ValueError):
+    """A prompt longer than the model's context window."""
+
+
+@dataclass
+class ReplyStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache
+    evaluated_tokens: int = 0  # prompt tokens the model had to process
+    completion_tokens: int = 0
+    shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
+    finish_reason: str = ""  # "stop", "length" or "cancelled"
+
+
+@dataclass
+class ReplyStream:
+    """Iterate for text pieces as they are generated; `cancel()` from any thread stops it."""
+
+    _pieces: Iterator[str]
+    stats: ReplyStats = field(default_factory=ReplyStats)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+    _on_cancel: Callable[[], None] | None = None  # what else stops it (a remote reply closes its stream)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def text(self) -> str:
+        """Consume the whole stream and return the reply."""
+        return "".join(self)
