@@ -1,4 +1,5 @@
-"""Small helpers that several test modules use (test modules do not import each other)."""
+"""Small helpers that several test modules use (test modules do not import each other): a free
+port, a small knowledge base, and what every fitted prompt must be."""
 
 from __future__ import annotations
 
@@ -19,3 +20,35 @@ def write_docs(folder) -> None:
         + "\n\n".join(f"## Section {i}\n\n" + f"Galway history paragraph {i}. " * 40 for i in range(12)))
     (folder / "cork.html").write_text(
         "<html><head><title>Cork</title></head><body><h1>Cork</h1><p>Cork is in Munster.</p></body></html>")
+
+
+def check_prompt(messages: list[dict]) -> None:
+    """What every fitted prompt must be: one system message first, history starting with a
+    question, roles alternating, and every tool call answered by results that follow it."""
+    body = messages[1:] if messages and messages[0]["role"] == "system" else messages
+    assert all(m["role"] != "system" for m in body), "a second system message"
+    assert body and body[0]["role"] == "user", "history does not start with a question"
+    open_ids: set[str] = set()  # calls not answered yet
+    call_ids: set[str] = set()  # the calls the results that follow may answer
+    previous = None
+    for message in body:
+        role = message["role"]
+        if role == "tool":
+            assert message["tool_call_id"] in call_ids, "a tool result without its call"
+            open_ids.discard(message["tool_call_id"])
+        else:
+            assert not open_ids, f"tool calls without results: {open_ids}"
+            call_ids = set()
+            if previous is not None and previous["role"] != "tool":
+                assert role != previous["role"] or (role == "assistant" and previous.get("tool_calls")), (
+                    f"two {role} messages in a row"
+                )
+            if message.get("tool_calls"):
+                call_ids = {c["id"] for c in message["tool_calls"]}
+                open_ids = set(call_ids)
+        previous = message
+    assert not open_ids, f"tool calls without results: {open_ids}"
+
+
+def kept_texts(result_messages: list[dict]) -> list[str]:
+    return [m.get("content") or "" for m in result_messages]
