@@ -34,7 +34,9 @@ def load_messages(path: str | Path) -> list[dict]:
 
 
 def replay(messages: list[dict], context: int, reserve: int, llm=None, summarize: bool = True) -> FitResult:
-    """Fit `messages` as the service would; with `llm`, measure and summarize with the model."""
+    """Fit `messages` with the fitting core, as one turn with nothing carried over: the service
+    also keeps the previous turn's removals, a stored summary and a low-water mark, which a
+    conversation read from a file does not have. With `llm`, measure and summarize with the model."""
     budget = context - reserve
     if budget <= 0:
         raise ReplayError(f"the reserve ({reserve}) leaves no room in a {context}-token context")
