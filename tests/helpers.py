@@ -3,7 +3,10 @@ port, a small knowledge base, and what every fitted prompt must be."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
+from collections.abc import Callable
 
 
 def free_port() -> int:
@@ -52,3 +55,12 @@ def check_prompt(messages: list[dict]) -> None:
 
 def kept_texts(result_messages: list[dict]) -> list[str]:
     return [m.get("content") or "" for m in result_messages]
+
+
+async def until(condition: Callable[[], bool], timeout: float = 120) -> None:
+    """Wait for the service to reach a state (a turn holds the model, one waits), not for a time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the service never reached the state waited for")
+        await asyncio.sleep(0.01)

@@ -17,7 +17,7 @@ from wyoming.handle import Handled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from tests.helpers import free_port
+from tests.helpers import free_port, until
 from voice.wyoming_service import session_for
 
 
@@ -192,16 +192,21 @@ def test_a_reply_that_cannot_fit_ends_its_handling_and_says_why(make_server):
 
 def test_a_busy_model_answers_not_handled(make_server):
     port = free_port()
-    make_server(wyoming_port=port, max_queue=1)
+    server = make_server(wyoming_port=port, max_queue=1)
+    server.idle()  # the start's warm-up is done: the model is free
+    engine = server.service.engine
 
-    async def one(text: str, delay: float) -> list[Event]:
-        await asyncio.sleep(delay)  # arrive in order: the first holds the model, the second waits
-        question = Transcript(text=text, context={"conversation_id": f"busy-{delay}"})
+    async def one(text: str, conversation: str) -> list[Event]:
+        question = Transcript(text=text, context={"conversation_id": f"busy-{conversation}"})
         return await exchange(port, [question.event()], "handled", "not-handled", timeout=180)
 
     async def three() -> list[list[Event]]:
-        return await asyncio.gather(one("Tell me a long story about a lighthouse.", 0),
-                                    one("And another about a ship.", 0.5), one("What is two plus two?", 1.0))
+        first = asyncio.create_task(one("Tell me a long story about a lighthouse.", "first"))
+        await until(lambda: engine.generating == 1)  # the first holds the model
+        second = asyncio.create_task(one("And another about a ship.", "second"))
+        await until(lambda: engine.waiting == 1)  # the second waits for it: the queue is full
+        third = await one("What is two plus two?", "third")
+        return [await first, await second, third]
 
     results = asyncio.run(three())
     assert [events[-1].type for events in results] == ["handled", "handled", "not-handled"]

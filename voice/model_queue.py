@@ -40,6 +40,11 @@ class ModelQueue:
                 waiters.remove(future)
             raise
 
+    @property
+    def holders(self) -> int:
+        """Replies (or background work) using the model now."""
+        return self._holders
+
     def turns_waiting(self) -> bool:
         """Whether a turn waits for a place (read from any thread: a stale answer only delays)."""
         return any(not future.done() for future in list(self._turns))

@@ -400,7 +400,13 @@ class TurnEngine:
 
     @property
     def waiting(self) -> int:
+        """Turns waiting for the model."""
         return self._waiting
+
+    @property
+    def generating(self) -> int:
+        """Turns and background work using the model now."""
+        return self._model.holders
 
     async def idle(self) -> None:
         """Wait for background summaries (tests and shutdown)."""
