@@ -64,7 +64,8 @@ class Config:
                                            "continues its session")
     data_dir: str = described(help="where sessions and indexes are kept (default: the user data directory)",
                               default_factory=lambda: platformdirs.user_data_dir("parlour"))
-    instructions: str = described(DEFAULT_INSTRUCTIONS, "system prompt of new sessions")
+    instructions: str = described(DEFAULT_INSTRUCTIONS, "system prompt of new sessions "
+                                                        "(default: Parlour's own, in voice/config.py)")
     research: str = described("auto", "auto (search the knowledge base for every question), model (the model "
                                       "decides) or off")
     voice_research_tokens: int = described(250, "a spoken turn's search results are cut to the sentences that "
@@ -101,7 +102,7 @@ def help_text(key: str) -> str:
     """A setting's description, with its default where the description does not say it."""
     setting = next(f for f in fields(Config) if f.name == key)
     text = setting.metadata["help"]
-    if "(default:" in text or setting.default is MISSING or key == "instructions":
+    if "(default:" in text or setting.default is MISSING:
         return text
     value = setting.default
     shown = str(value).lower() if isinstance(value, bool) else "none" if value in ("", []) else str(value)

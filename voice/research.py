@@ -187,11 +187,13 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
             start += len(sentence) + 1
     frequency = Counter(term for _, _, _, shared, _ in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
-    ranked = sorted(candidates, key=lambda c: (not c[4], -sum(weight[t] for t in c[3]), c[0], c[1]))
-    best = max((sum(weight[t] for t in c[3]) for c in candidates), default=0.0)
+    # Each sentence's score once: the sum of its shared terms' weights (0: it shares none).
+    ranked = sorted((not opens, -sum(weight[t] for t in shared), p, n, sentence)
+                    for p, n, sentence, shared, opens in candidates)
+    best = max((-negated for _, negated, _, _, _ in ranked), default=0.0)
     chosen, used, opened = [], 0, set()
-    for p, n, sentence, shared, opens in ranked:
-        if chosen and (not shared or sum(weight[t] for t in shared) < floor * best) and not opens:
+    for later, negated, p, n, sentence in ranked:
+        if chosen and later and (negated == 0 or -negated < floor * best):
             break
         cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
         if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
