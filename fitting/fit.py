@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from fitting.measure import Counter, Measure, estimate
 from fitting.messages import Entry, Exchange, Message, assemble, pieces, repair
 from fitting.sections import WorkerFailed, condense, cut
-from fitting.summary import Generate, Summary, chunk_messages, summarize, with_summary
+from fitting.summary import (SUMMARY_TOKENS, Generate, Summary, chunk_messages, summarize, summary_room, with_summary,
+                             words_within)
 
 CONDENSE_PASSES = 2  # section analysis of the current turn: notes on notes at most once
 
@@ -114,7 +115,7 @@ def fit(
     previous: Iterable[int] = (),
     summary: Summary | None = None,
     low_water: int | None = None,
-    summary_tokens: int = 256,
+    summary_tokens: int = SUMMARY_TOKENS,
     condense_with: Generate | None = None,
 ) -> FitResult:
     """Fit `messages` (the next model turn's input) into `budget` tokens; see the module docstring.
@@ -122,8 +123,7 @@ def fit(
     notes instead (a service that summarizes in the background passes only this)."""
     if budget <= 0:
         raise FitError(f"the budget must be positive, got {budget}")
-    # A summary's room is reserved before it is written: keep that small beside a small budget.
-    summary_tokens = min(summary_tokens, max(32, budget // 16))
+    summary_tokens = summary_room(budget, summary_tokens)
     entries, dropped = repair(messages)
     try:
         parts = pieces(entries)
@@ -252,7 +252,7 @@ def _fit_exchanges(
             start = covered if 0 < covered <= k else 0
             chunks = _chunks(state, history[start:k], max(1, budget // 2))
             earlier = given.text if start and given is not None else ""
-            text = summarize(chunks, generate, words=max(20, summary_tokens * 2 // 3), earlier=earlier)
+            text = summarize(chunks, generate, words=words_within(summary_tokens), earlier=earlier)
             if text is None:
                 continue
             origins = state.origins(history[:k])

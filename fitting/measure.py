@@ -17,6 +17,7 @@ Measure = Callable[[list[Message]], int]
 # Tokens a chat template spends around each message (role markers) and before the reply.
 MESSAGE_FRAMING = 4
 REPLY_FRAMING = 3
+CHARS_PER_TOKEN = 3  # the decision record's estimate
 
 
 def message_chars(message: Message) -> int:
@@ -27,9 +28,19 @@ def message_chars(message: Message) -> int:
     return chars
 
 
+def estimate_text(text: str) -> int:
+    """Tokens of `text` estimated at three characters each."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_message(message: Message) -> int:
+    """One message's tokens estimated: its text, its calls and the template's framing around it."""
+    return MESSAGE_FRAMING + math.ceil(message_chars(message) / CHARS_PER_TOKEN)
+
+
 def estimate(messages: list[Message]) -> int:
-    """Tokens estimated at three characters each, plus the template's framing."""
-    return REPLY_FRAMING + sum(MESSAGE_FRAMING + math.ceil(message_chars(m) / 3) for m in messages)
+    """A prompt's tokens estimated at three characters each, plus the template's framing."""
+    return REPLY_FRAMING + sum(estimate_message(m) for m in messages)
 
 
 class Counter:

@@ -16,6 +16,19 @@ from fitting.messages import Message
 Generate = Callable[[list[Message]], str]
 
 HEADING = "Summary of the earlier conversation:"
+SUMMARY_TOKENS = 256  # the most a summary may add to the system prompt
+
+
+def summary_room(budget: int, summary_tokens: int = SUMMARY_TOKENS) -> int:
+    """The tokens a summary may take in a prompt of `budget`: its room is reserved before it is
+    written, so it stays small beside a small budget. Summaries are asked to fit it
+    (`words_within`) and cut to it when attached."""
+    return min(summary_tokens, max(32, budget // 16))
+
+
+def words_within(tokens: int) -> int:
+    """The word bound a summary is asked to keep so that it fits in `tokens`."""
+    return max(20, tokens * 2 // 3)
 
 # Tuned on scripts/eval_memory.py with Qwen2.5-Coder-1.5B: asked for "a short summary", it wrote one
 # line naming the topics ("a family member's name, a garage door code") and kept 0 of 6 planted facts;

@@ -18,6 +18,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from fitting.measure import estimate_message
 from models.chat_template import ChatTemplate, CountCache, Message
 from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
@@ -141,7 +142,7 @@ class LanguageModel:
             except jinja2.TemplateError:
                 continue
             return max(0, whole - alone)
-        return max(1, len(message.get("content") or "") // 3)  # the template refuses it alone: estimate
+        return estimate_message(message)  # the template refuses it alone
 
     def measure(self, messages: list[Message]) -> int:
         """The prompt's size from per-message counts: exact for prompts that start with a system message."""

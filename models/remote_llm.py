@@ -30,12 +30,11 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+from fitting.measure import estimate_message, estimate_text
 from models.chat_template import CountCache, Message
 from models.llm import LanguageModel
 from models.reply import ReplyStream
 
-ESTIMATE_CHARS_PER_TOKEN = 3
-MESSAGE_OVERHEAD_ESTIMATE = 5  # role markers and separators, per message, when estimating
 
 
 class ModelServerError(RuntimeError):
@@ -136,8 +135,7 @@ class RemoteLanguageModel:
             return self.server_tokenizer.count_message(message)
         if self.tokenizer:
             return self.tokenizer.count_message(message)
-        text = (message.get("content") or "") + json.dumps(message.get("tool_calls") or "")
-        return len(text) // ESTIMATE_CHARS_PER_TOKEN + MESSAGE_OVERHEAD_ESTIMATE
+        return estimate_message(message)
 
     def measure(self, messages: list[Message]) -> int:
         if self.server_tokenizer and messages and messages[0].get("role") == "system":
@@ -160,7 +158,7 @@ class RemoteLanguageModel:
             return self.server_tokenizer.prompt_tokens([_STUB, _STUB_QUESTION], tools) - self.server_tokenizer.stub_tokens()
         if self.tokenizer:
             return self.tokenizer.tools_tokens(tools)
-        return len(json.dumps(tools)) // ESTIMATE_CHARS_PER_TOKEN
+        return estimate_text(json.dumps(tools))
 
     # The server -------------------------------------------------------------------------------
     def _connection(self, timeout: float) -> http.client.HTTPConnection:

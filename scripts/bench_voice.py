@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.realtime import Client, RunningServer, done  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
-from voice.knowledge import KnowledgeBase  # noqa: E402
-from voice.research import Research  # noqa: E402
+from voice.knowledge.base import KnowledgeBase  # noqa: E402
+from voice.knowledge.research import Research  # noqa: E402
 from models.audio import BYTES_PER_MS, RATE  # noqa: E402
-from voice.speech import Sentences  # noqa: E402
+from voice.speech.sentences import Sentences  # noqa: E402
 
 QUESTIONS = [
     "What does the GNU General Public License say about warranty?",

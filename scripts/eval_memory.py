@@ -9,7 +9,7 @@ them. Then six questions about the facts. Three cases, each printed as a row:
   pauses before speaking again;
 - `no pause`: they follow each other at once, as a user who goes on talking;
 - `new session`: after the no-pause session, the same key opens a new session and asks the same
-  questions: the answers come from recall (voice.recall). A second key asks them too, and every
+  questions: the answers come from recall (voice.knowledge.recall). A second key asks them too, and every
   fact its research or answers hold is counted as crossed.
 Each row says how many facts the stored summary holds, how many answers are right, how long turns
 waited for the model (behind background summaries), the time summarized on a reply's path, and the

@@ -26,7 +26,7 @@ from models.weights import PROFILES, resolve  # noqa: E402
 from harness.realtime import Client, RunningServer, done, reply_text  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_stt, load_tts  # noqa: E402
-from voice.knowledge import KnowledgeBase  # noqa: E402
+from voice.knowledge.base import KnowledgeBase  # noqa: E402
 
 NOTES = {
     "boiler.md": "# Boiler\n\nThe boiler in the hall cupboard was serviced in May. Its reset code is 4471. "

@@ -267,7 +267,7 @@ def test_keys_and_hosts_guard_the_chat_apis(make_server):
 
 
 def test_the_knowledge_base_is_searched_inside_parlour_beside_the_clients_tools(make_server, tmp_path):
-    from voice.knowledge import KnowledgeBase
+    from voice.knowledge.base import KnowledgeBase
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -8,8 +8,8 @@ import threading
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from voice.knowledge import CHUNK_CHARS, KnowledgeBase
-from voice.store import SessionStore
+from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase
+from voice.store.sessions import SessionStore
 from harness.realtime import ANSWERED, Client, done, reply_text
 from tests.helpers import write_docs
 
@@ -100,7 +100,7 @@ def test_a_long_research_session_always_fits_and_drops_old_research_first(make_s
     removed, _ = server.service.store.fit_state(client.session_id)
     questions = [i for i, m in enumerate(transcript) if m["role"] == "user"]
     assert not set(questions) & set(removed)
-    assert server.service.engine.low_water is None  # the model shifts its cache: only what must go goes
+    assert server.service.engine.prompt.low_water is None  # the model shifts its cache: only what must go goes
     client.close()
 
 
@@ -349,7 +349,7 @@ def test_background_warming_stops_while_a_client_is_speaking(make_server, llm):
     other = Client(server.url())
     done(other.ask("Name a fruit.", max_tokens=4))  # the cache now holds another prompt
     other.close()
-    server.service.engine.hearing()  # someone is speaking (a draft or hands-free speech)
+    server.service.engine.upkeep.hearing()  # someone is speaking (a draft or hands-free speech)
     resumed = Client(server.url(client.session_id))
     server.idle()  # the warm-up gave way at once rather than evaluating the history
     history = server.service.store.transcript(client.session_id)

@@ -178,7 +178,7 @@ def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, 
 
 @pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")
 def test_the_page_asks_for_the_api_key_when_keys_are_set(make_server, tts, tmp_path):
-    from voice.store import owner_of
+    from voice.store.sessions import owner_of
 
     server = make_server(api_keys=["page-key"])
     microphone = tmp_path / "silence.wav"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from livekit.agents import llm as livekit_llm
 from livekit.plugins.openai.realtime import RealtimeModel
 from pipecat.adapters.schemas.function_schema import FunctionSchema

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from harness.realtime import Client
-from voice.knowledge import KnowledgeBase
+from voice.knowledge.base import KnowledgeBase
 
 ASKED = [
     "When was version three of the GNU General Public License published?",

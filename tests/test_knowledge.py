@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from voice.knowledge import CHUNK_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
+from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
 
 
 def test_reindexing_touches_only_changed_files(tmp_path):
@@ -64,8 +64,8 @@ def test_results_far_weaker_than_the_best_are_left_out(tmp_path):
 
 
 def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_the_bound(llm):
-    from voice.knowledge import SearchResult
-    from voice.research import spoken_evidence
+    from voice.knowledge.base import SearchResult
+    from voice.knowledge.research import spoken_evidence
 
     framing = llm.count_message({"role": "tool", "content": ""})
     count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
@@ -92,8 +92,8 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
 
 
 def test_a_typed_result_reads_the_sentences_that_bear_on_the_question_after_the_passages(llm):
-    from voice.knowledge import ANSWER_FROM_RESULTS, KEY_SENTENCES, SearchResult, format_results
-    from voice.research import key_sentences
+    from voice.knowledge.base import ANSWER_FROM_RESULTS, KEY_SENTENCES, SearchResult, format_results
+    from voice.knowledge.research import key_sentences
 
     framing = llm.count_message({"role": "tool", "content": ""})
     count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
@@ -160,7 +160,7 @@ def test_a_license_called_by_its_initials_is_the_one_asked_about(tmp_path):
 
 def test_spoken_evidence_keeps_the_opening_of_the_document_asked_about(tmp_path, llm):
     """Its address is asked for in words it does not use ("city"), so only its place keeps it."""
-    from voice.research import Research
+    from voice.knowledge.research import Research
 
     write_licenses(tmp_path / "docs")
     knowledge = KnowledgeBase(tmp_path / "k.sqlite3")

@@ -82,7 +82,7 @@ def test_per_message_counts_add_up_to_the_prompt(profile_llm):
 
 
 def test_the_default_template_gets_tool_exchanges_natively(llm):
-    from voice.research import SEARCH_TOOL
+    from voice.knowledge.research import SEARCH_TOOL
 
     assert llm.knows_tools
     text = llm.render(RESEARCH, tools=[SEARCH_TOOL])
@@ -99,7 +99,7 @@ def test_the_default_template_gets_tool_exchanges_natively(llm):
 
 
 def test_tool_exchanges_render_as_plain_text_for_chatml(tiny_llm):
-    from voice.research import SEARCH_TOOL
+    from voice.knowledge.research import SEARCH_TOOL
 
     assert not tiny_llm.knows_tools and tiny_llm.tools_tokens([SEARCH_TOOL]) == 0
     plain = as_plain_text(RESEARCH)

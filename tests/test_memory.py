@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-from models.tool_calls import new_call
+from fitting.summary import summary_room
 from harness.realtime import ANSWERED, Client, done, reply_text
-from voice.recall import recalled
-from voice.store import SessionStore
+from models.tool_calls import new_call
+from voice.knowledge.recall import recalled
+from voice.store.sessions import SessionStore
 
 FILLER = "Here is a note, no need to comment: " + "blue and green " * 60 + "Noted?"
 
@@ -47,11 +48,16 @@ def test_a_turn_that_must_remove_an_unsummarized_exchange_summarizes_it_first(ma
     server = make_server(context=1024, reply_tokens=48)
     llm = server.service.llm
     client = Client(server.url())
-    client.ask("My dog is called Biscuit.", max_tokens=40)
+    client.ask("My dog is called Biscuit. He is a small brown beagle from the shelter by the harbour, and every "
+               "morning he waits at the door for his walk along the strand, then sleeps on the sofa all afternoon.",
+               max_tokens=40)
     server.idle()
     # A message that just does not fit beside the first exchange: it must go at once, before any
-    # summary of it was made ahead, and a short summary of it has room.
-    before = llm.measure(server.service.store.transcript(client.session_id))
+    # summary of it was made ahead. The exchange is longer than any summary may be, so a summary
+    # of it always has room (a short reply once left a one-line exchange no shorter than its summary).
+    transcript = server.service.store.transcript(client.session_id)
+    before = llm.measure(transcript)
+    assert before - llm.measure(transcript[:1]) > summary_room(1024 - 48) + 8
     long = "Here is a note, no need to comment:"
     while llm.count_message({"role": "user", "content": long}) < 1024 - 48 - before + 2:
         long += " blue and green"

@@ -13,7 +13,7 @@ from websockets.exceptions import InvalidStatus
 
 from harness.realtime import ANSWERED, Client, done
 from voice.hosts import HostCheck
-from voice.model_queue import ModelQueue
+from voice.turns.model_queue import ModelQueue
 
 HTTP_PATHS = ["/", "/healthz", "/v1/sessions", "/v1/figures", "/v1/realtime"]
 
@@ -161,12 +161,15 @@ def test_turns_go_before_summaries_that_have_not_started():
 
         summary = asyncio.create_task(use("summary", True))
         await asyncio.sleep(0)  # the summary waits first
+        assert not queue.turn_waiting.is_set()  # a summary waiting is no turn: a warm-up need not give way
         turns = [asyncio.create_task(use(f"turn {n}", False)) for n in (1, 2)]
         gone = asyncio.create_task(use("turn that gives up", False))
         await asyncio.sleep(0)
+        assert queue.turn_waiting.is_set()  # what a warm-up's worker thread reads to give way
         gone.cancel()
         queue.release()
         await asyncio.gather(summary, *turns, return_exceptions=True)
+        assert not queue.turn_waiting.is_set()
         await asyncio.wait_for(queue.acquire(), 1)  # free again once everyone is done
         return order
 

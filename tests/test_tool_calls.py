@@ -94,7 +94,7 @@ def test_the_scanner_waits_on_a_marker_still_arriving():
 
 
 def test_calls_to_tools_never_offered_come_apart_and_are_not_run():
-    from voice.research import Research
+    from voice.knowledge.research import Research
 
     parsed = parse_tool_calls('{{"name": "add", "arguments": {"a": 12, "b": 7}}}', NAMES)
     assert parsed.calls == [] and parsed.text == ""

@@ -14,7 +14,7 @@ import jiwer
 import numpy as np
 from openai import AsyncOpenAI
 
-from voice.speech import Sentences
+from voice.speech.sentences import Sentences
 from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
 
 
@@ -289,7 +289,7 @@ def test_sentences_start_speech_at_the_first_phrase():
 
 
 def test_heard_text_keeps_what_played():
-    from voice.speech import heard_text
+    from voice.speech.timeline import heard_text
 
     timeline = [["One two three.", 0, 1000], ["Four five six seven.", 1000, 2000]]
     assert heard_text(timeline, 2500) == "One two three. Four five six seven."
@@ -315,7 +315,7 @@ def test_cancel_then_truncate_while_the_reply_streams(server, speech):
 
 
 def test_a_spoken_turn_gets_the_sentences_that_answer_it_and_a_text_turn_the_passages(make_server, tmp_path, llm):
-    from voice.knowledge import KnowledgeBase
+    from voice.knowledge.base import KnowledgeBase
 
     docs = tmp_path / "docs"
     docs.mkdir()

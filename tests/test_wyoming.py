@@ -18,7 +18,7 @@ from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from tests.helpers import free_port, until
-from voice.wyoming_service import session_for
+from voice.wyoming.assistant import session_for
 
 
 def words(text: str) -> str:

@@ -21,7 +21,7 @@ from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
 from models.chat_template import tool_call_text
 from voice.clients.chat import ChatError
 from voice.replay import ReplayError, load_messages
-from voice.store import UnknownSession
+from voice.store.sessions import UnknownSession
 
 
 
@@ -176,7 +176,7 @@ def cmd_replay(config, args) -> None:
 
 
 def _store(config):
-    from voice.store import SessionStore
+    from voice.store.sessions import SessionStore
 
     return SessionStore(config.database)
 
@@ -244,7 +244,7 @@ def cmd_talk(config, args) -> None:
 
 
 def cmd_index(config, args) -> None:
-    from voice.knowledge import KnowledgeBase
+    from voice.knowledge.base import KnowledgeBase
 
     knowledge = KnowledgeBase(config.knowledge_path)
     width = 30

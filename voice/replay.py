@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from fitting import FitResult, estimate, fit
+from fitting.summary import summary_room
 from models.chat_template import tool_call_text
-from voice.turns import SUMMARY_REPLY_TOKENS
 
 
 class ReplayError(ValueError):
@@ -42,7 +42,8 @@ def replay(messages: list[dict], context: int, reserve: int, llm=None, summarize
         raise ReplayError(f"the reserve ({reserve}) leaves no room in a {context}-token context")
     if llm is None:
         return fit(messages, budget, estimate)
-    generate = (lambda prompt: llm.complete(prompt, max_tokens=SUMMARY_REPLY_TOKENS)) if summarize else None
+    room = summary_room(budget)  # a summary's notes, and a section worker's, are this long at most
+    generate = (lambda prompt: llm.complete(prompt, max_tokens=room)) if summarize else None
     return fit(messages, budget, llm.measure, generate)
 
 

@@ -40,10 +40,10 @@ from voice.config import Config
 from voice.front_door import front_door
 from voice.realtime.connection import Connection
 from voice.hosts import HostCheck
-from voice.knowledge import KnowledgeBase
-from voice.research import Research
-from voice.store import SessionStore, owner_of
-from voice.turns import TurnEngine
+from voice.knowledge.base import KnowledgeBase
+from voice.knowledge.research import Research
+from voice.store.sessions import SessionStore, owner_of
+from voice.turns.engine import TurnEngine
 
 log = logging.getLogger("parlour")
 REALTIME_PATH = "/v1/realtime"
@@ -191,7 +191,7 @@ class Service:
         if not session_id:
             session_id = await asyncio.to_thread(self.store.create, self.config.instructions, owner)
         elif await asyncio.to_thread(self.store.messages, session_id):
-            self.engine.warm(session_id)  # a resumed session: its history is evaluated before its next turn
+            self.engine.upkeep.warm(session_id)  # a resumed session: its history is evaluated before its next turn
         connection = Connection(websocket, self, session_id)
         try:
             await connection.run()
@@ -234,10 +234,10 @@ class Service:
                 log.info("%d replies cut short by a crash are marked interrupted", recovered)
             wyoming = None
             if self.config.wyoming_port:
-                from voice import wyoming_service
+                from voice.wyoming import service as wyoming_service
 
                 wyoming = await wyoming_service.start(self, self.config.host, self.config.wyoming_port)
-            self.engine.warm(instructions=self.config.instructions)  # new sessions start with this prompt
+            self.engine.upkeep.warm(instructions=self.config.instructions)  # new sessions start with this prompt
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
@@ -252,4 +252,4 @@ class Service:
             await asyncio.gather(*self.http_connections, return_exceptions=True)
             if wyoming is not None:
                 await wyoming.stop()
-        await self.engine.idle()
+        await self.engine.upkeep.idle()

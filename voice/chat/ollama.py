@@ -13,8 +13,8 @@ import time
 from datetime import datetime, timezone
 
 from voice.chat.turn import BadRequest, ChatRequest
-from voice.figures import TurnFigures
-from voice.turns import TurnEvent
+from voice.turns.figures import TurnFigures
+from voice.turns.events import Calls, Delta
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -70,7 +70,7 @@ def chat_request(body: object) -> ChatRequest:
     if temperature is not None and not isinstance(temperature, (int, float)):
         raise BadRequest("options.temperature must be a number")
     parsed = [_message(m) for m in messages]
-    # Ollama's API is Home Assistant's door: its earlier commands leave the prompt (voice.turns).
+    # Ollama's API is Home Assistant's door: its earlier commands leave the prompt (voice.turns.engine).
     # Home Assistant's prompt names the device's area, its exposed entities and its instructions:
     # the same prompt is the same device, whose memory outlasts the conversation (voice.chat.thread).
     system = parsed[0]["content"] if parsed and parsed[0]["role"] == "system" else ""
@@ -92,10 +92,10 @@ def _calls(calls: list[dict]) -> list[dict]:
             for c in calls]
 
 
-def piece(model: str, event: TurnEvent) -> dict:
-    """A stream line for a "delta" or "calls" event."""
-    message: dict = {"role": "assistant", "content": event.text}
-    if event.kind == "calls":
+def piece(model: str, event: Delta | Calls) -> dict:
+    """A stream line for reply text or the client's calls."""
+    message: dict = {"role": "assistant", "content": event.text if isinstance(event, Delta) else ""}
+    if isinstance(event, Calls):
         message["tool_calls"] = _calls(event.calls)
     return {"model": model, "created_at": now(), "message": message, "done": False}
 

@@ -13,8 +13,8 @@ import time
 import uuid
 
 from voice.chat.turn import BadRequest, ChatRequest
-from voice.figures import TurnFigures
-from voice.turns import TurnEvent
+from voice.turns.figures import TurnFigures
+from voice.turns.events import Calls, Delta
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -91,8 +91,8 @@ class Completion:
     def opening(self) -> dict:
         return self._chunk({"role": "assistant", "content": ""})
 
-    def piece(self, event: TurnEvent) -> dict:
-        if event.kind == "delta":
+    def piece(self, event: Delta | Calls) -> dict:
+        if isinstance(event, Delta):
             return self._chunk({"content": event.text})
         calls = [{"index": self.calls + i, "id": c["id"], "type": "function", "function": c["function"]}
                  for i, c in enumerate(event.calls)]

@@ -19,7 +19,8 @@ from voice import http_api
 from voice.chat import ollama, openai_chat
 from voice.chat.thread import BadHistory
 from voice.chat.turn import BadRequest, ChatRequest, answer
-from voice.turns import ServerBusy, TurnEvent
+from voice.turns.engine import ServerBusy
+from voice.turns.events import Calls, Delta, Done, TurnEvent
 
 MODEL = "parlour"
 OLLAMA_MODEL = f"{MODEL}:latest"
@@ -101,7 +102,7 @@ def _tag(service) -> dict:
 
 
 def _show(service) -> dict:
-    context = service.engine.budget + service.engine.reply_tokens
+    context = service.engine.prompt.budget + service.engine.prompt.reply_tokens
     return {"modelfile": "", "parameters": f"num_ctx {context}", "template": "", "details": _details(service),
             "model_info": {"general.name": service.llm.name, "parlour.context_length": context,
                            "parlour.backend": "local" if service.llm.backend == "local" else "remote"},
@@ -138,12 +139,13 @@ async def _whole(first: TurnEvent, events: AsyncIterator[TurnEvent], started: fl
     text, calls = [], []
     try:
         async for event in _all(first, events):
-            if event.kind == "delta":
-                text.append(event.text)
-            elif event.kind == "calls":
-                calls += event.calls
-            elif event.kind == "done":
-                figures = event.figures
+            match event:
+                case Delta(piece):
+                    text.append(piece)
+                case Calls(called):
+                    calls += called
+                case Done():
+                    figures = event.figures
     except tuple(_PROBLEMS) as problem:
         status = _status(problem)
         return http_api.json_reply(status, ollama.error(str(problem)) if is_ollama
@@ -164,7 +166,7 @@ async def _all(first: TurnEvent, events: AsyncIterator[TurnEvent]) -> AsyncItera
 async def _ollama_stream(first, events, chat: ChatRequest, started: float) -> AsyncIterator[bytes]:
     try:
         async for event in _all(first, events):
-            yield ollama.line(ollama.final(OLLAMA_MODEL, event.figures, started) if event.kind == "done"
+            yield ollama.line(ollama.final(OLLAMA_MODEL, event.figures, started) if isinstance(event, Done)
                               else ollama.piece(OLLAMA_MODEL, event))
     except tuple(_PROBLEMS) as problem:  # the stream has begun: the error is its last line
         yield ollama.line(ollama.error(str(problem)))
@@ -177,7 +179,7 @@ async def _openai_stream(first, events, chat: ChatRequest, started: float) -> As
     yield openai_chat.event(completion.opening())
     try:
         async for event in _all(first, events):
-            if event.kind == "done":
+            if isinstance(event, Done):
                 yield openai_chat.event(completion.closing(event.figures))
                 if chat.include_usage:
                     yield openai_chat.event(completion.usage_chunk(event.figures))

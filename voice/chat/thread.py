@@ -22,7 +22,7 @@ import json
 import re
 
 from models.tool_calls import new_call
-from voice.store import SessionStore
+from voice.store.sessions import SessionStore
 
 
 # A line of a system prompt that tells the time or the date (Home Assistant's first line does).

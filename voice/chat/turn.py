@@ -3,19 +3,18 @@
 `ChatRequest` is the request in the OpenAI chat shape (both APIs are parsed into it), `answer`
 runs it: the conversation's session is found or made (voice.chat.thread), the turn engine
 researches, fits and streams the reply as for any other front end, and the history the client is
-left with is remembered. The events are the engine's own `TurnEvent`s, less research, which stays
-inside Parlour: "delta", "calls" (the client's functions to run) and "done" with the figures.
+left with is remembered. The events are the engine's own (voice.turns.events), less research,
+which stays inside Parlour: `Delta`, `Calls` (the client's functions to run) and `Done`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from voice.chat.thread import open_thread, remember
-from voice.turns import TurnEvent
+from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
 
 
 class BadRequest(ValueError):
@@ -43,25 +42,25 @@ async def answer(service, owner: str, request: ChatRequest) -> AsyncIterator[Tur
     """The reply's events. Closing the iterator early cancels the reply; what was sent is kept."""
     session_id = await asyncio.to_thread(open_thread, service.store, owner, request.messages,
                                          service.config.instructions, request.device)
-    cancel = threading.Event()
+    turn = TurnRequest(session_id, instructions=await asyncio.to_thread(service.store.instructions, session_id),
+                       max_tokens=request.max_tokens, tools=request.tools, tool_choice=request.tool_choice,
+                       temperature=request.temperature, earlier_calls=request.earlier_calls,
+                       context=request.context)
     text: list[str] = []
     calls: list[dict] = []
     try:
-        async for event in service.engine.respond(
-                session_id, cancel, instructions=await asyncio.to_thread(service.store.instructions, session_id),
-                max_tokens=request.max_tokens, tools=request.tools, tool_choice=request.tool_choice,
-                temperature=request.temperature, earlier_calls=request.earlier_calls,
-                context=request.context):
-            if event.kind == "research":
-                continue
-            if event.kind == "delta":
-                text.append(event.text)
-            elif event.kind == "calls":
-                calls += event.calls
-            elif event.kind == "done":
-                reply = {"role": "assistant", "content": "".join(text), "tool_calls": calls}
-                await asyncio.to_thread(remember, service.store, owner, session_id,
-                                        request.messages + [reply], request.device)
+        async for event in service.engine.respond(turn):
+            match event:
+                case Researched():
+                    continue
+                case Delta(piece):
+                    text.append(piece)
+                case Calls(called):
+                    calls += called
+                case Done():
+                    reply = {"role": "assistant", "content": "".join(text), "tool_calls": calls}
+                    await asyncio.to_thread(remember, service.store, owner, session_id,
+                                            request.messages + [reply], request.device)
             yield event
     finally:
-        cancel.set()  # a no-op after "done"; before it, the client left and the reply stops
+        turn.cancel.set()  # a no-op after `Done`; before it, the client left and the reply stops

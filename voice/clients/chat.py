@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from voice.store import new_id
+from voice.store.sessions import new_id
 
 
 CANCEL = json.dumps({"type": "response.cancel"})

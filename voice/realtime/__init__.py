@@ -6,5 +6,7 @@
   and the response lifecycle as one table. `options` checks what a client asks for (tools, modalities,
   turn detection, items).
 - `connection`: the websocket side, which reads, writes and runs the effects the protocol asks
-  for, with `items`, `responses`, `audio_turn` and `turn_detection` doing the work.
+  for, each by the object that owns it: `Items` (the conversation's items), `Transcription` (a
+  committed question), `ResponseStream` (one response and its reply row) and `SpeechDetector`
+  (hands-free turns, `turn_detection`).
 """

@@ -4,15 +4,21 @@
 (`SessionUpdateEvent`, `ConversationItemCreateEvent`, ...), or raises `BadEvent` whose message,
 `code` and `param` (the field path, such as `session.audio.output.speed`) go back to the client
 in an `error` event with the client's `event_id`. Nothing a client sends gets past here untyped.
+`read(raw)` does that and decodes an audio append's audio too: the connection's reader runs it in
+a worker thread, so validating and decoding never hold up the event loop.
 """
 
 from __future__ import annotations
 
 import json
 import typing
+from dataclasses import dataclass
 
 import pydantic
 from openai.types.realtime import realtime_client_event
+
+from models.audio import AudioError
+from voice.speech.audio import decode_audio
 
 _UNION = typing.get_args(typing.get_args(realtime_client_event.RealtimeClientEvent)[0])
 EVENT_TYPES: dict[str, type[pydantic.BaseModel]] = {
@@ -27,6 +33,29 @@ class BadEvent(ValueError):
                  event_id: str | None = None):
         super().__init__(message)
         self.code, self.param, self.event_id = code, param, event_id
+
+
+@dataclass(frozen=True)
+class Received:
+    """One websocket message, read: its typed `event`, or the `problem` with it; an audio append's
+    `audio` decoded."""
+
+    event: pydantic.BaseModel | None
+    problem: BadEvent | None = None
+    audio: bytes | None = None
+
+
+def read(raw: str | bytes) -> Received:
+    try:
+        event = parse(raw)
+    except BadEvent as bad:
+        return Received(None, bad)
+    if event.type != "input_audio_buffer.append":
+        return Received(event)
+    try:
+        return Received(event, audio=decode_audio(event.audio))
+    except AudioError as error:
+        return Received(event, BadEvent(str(error), "invalid_audio", "audio"))
 
 
 def parse(raw: str | bytes) -> pydantic.BaseModel:

@@ -23,16 +23,17 @@ from websockets.exceptions import ConnectionClosed
 from fitting import FitError
 from models.reply import ContextOverflow
 from models.remote_llm import ModelServerError
-from voice.figures import TurnFigures
-from voice.realtime import events, items
-from voice.realtime.audio_turn import speak_reply, transcribe_commit
+from voice.realtime import client_events, events
 from voice.realtime.client_events import BadEvent
-from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Effect, Respond, RetrieveItem,
-                                    SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Effect, Respond,
+                                    RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.items import Items
 from voice.realtime.protocol import RealtimeProtocol
-from voice.realtime.responses import Response, delta_ids, finish, stream_turn
+from voice.realtime.response_stream import ResponseStream
+from voice.realtime.transcription import Transcription
 from voice.realtime.turn_detection import SpeechDetector
-from voice.turns import ServerBusy
+from voice.turns.engine import ServerBusy
+from voice.turns.figures import TurnFigures
 
 log = logging.getLogger("parlour")
 SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
@@ -42,6 +43,8 @@ MAX_UNREAD = 4  # client events read from the socket but not yet handled; then t
 class Connection:
     def __init__(self, websocket, service, session_id: str):
         self.ws, self.service, self.session_id = websocket, service, session_id
+        self.items = Items(service.store, session_id, self.send)
+        self.transcription = Transcription(service.stt, service.transcribe, self.items)
         self.protocol: RealtimeProtocol | None = None
         self.inbox: asyncio.Queue = asyncio.Queue()  # client events, and reports of finished work
         self.unread = asyncio.Semaphore(MAX_UNREAD)
@@ -99,7 +102,8 @@ class Connection:
         try:
             async for raw in self.ws:
                 await self.unread.acquire()
-                self.inbox.put_nowait(raw)
+                # Validated (and audio decoded) in a worker thread, in order: one message at a time.
+                self.inbox.put_nowait(await asyncio.to_thread(client_events.read, raw))
         except ConnectionClosed:
             pass
         finally:
@@ -146,24 +150,25 @@ class Connection:
                 self._start(self._transcribe(effect))
             case TranscribeDraft():
                 self._start(self._draft(effect))
-            case Respond(response):
-                await self._respond(response)
-            case Cancel(response):
-                response.cancel.set()
+            case Respond(asked):
+                await self._respond(asked)
+            case Cancel(asked):
+                asked.cancel.set()
             case AddItem(message, item_id, after):
-                await items.add(self, message, item_id, after)
+                await self.items.add(message, item_id, after)
             case RetrieveItem(item_id):
-                await items.retrieve(self, item_id)
+                await self.items.retrieve(item_id)
             case DeleteItem(item_id):
-                await items.delete(self, item_id)
+                await self.items.delete(item_id)
             case TruncateItem(item_id, content_index, audio_end_ms):
-                await items.truncate(self, item_id, content_index, audio_end_ms)
+                await self.items.truncate(item_id, content_index, audio_end_ms)
             case DetectSpeech(chunk, settings):
                 if self.detector is None or self.detector.settings is not settings:
-                    self.detector = SpeechDetector(settings)
+                    # Its first use in the process loads Silero's model: a worker thread does that.
+                    self.detector = await asyncio.to_thread(SpeechDetector, settings)
                 changes = await asyncio.to_thread(self.detector.feed, chunk)
                 if self.detector.speaking:
-                    self.service.engine.hearing()
+                    self.service.engine.upkeep.hearing()
                 await self.carry_out(self.protocol.speech_detected(changes, self.detector.speaking))
             case _:
                 raise TypeError(f"no way to carry out {effect!r}")
@@ -171,7 +176,7 @@ class Connection:
     async def _transcribe(self, effect: Transcribe) -> None:
         ok = False
         try:
-            await transcribe_commit(self, effect.audio, effect.item_id, effect.draft)
+            self.transcribed = await self.transcription.commit(effect.audio, effect.item_id, effect.draft)
             ok = True
         except BadEvent as bad:  # nothing heard: said, and the conversation goes on
             await self.send(events.error(str(bad), bad.code))
@@ -186,60 +191,37 @@ class Connection:
         """Whisper on the audio so far, unless more events already wait: a client sending audio
         faster than it is spoken (a file, not a held key) would only find whisper busy at commit."""
         text = None
-        self.service.engine.hearing()
+        self.service.engine.upkeep.hearing()
         try:
             if self.inbox.empty():
-                text = (await asyncio.to_thread(self.service.transcribe, effect.audio)).text
+                text = await self.transcription.draft(effect.audio)
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
         finally:
             self._report(functools.partial(self.protocol.drafted, effect.generation, text, len(effect.audio)))
 
-    async def _respond(self, response: Response) -> None:
+    async def _respond(self, asked: AskedResponse) -> None:
         if self.closed:  # asked for before the client left: nobody would hear it
             await self.carry_out(self.protocol.response_ended())
             return
-        messages = await asyncio.to_thread(self.service.store.messages, self.session_id)
-        # The output follows the conversation's last item. With no new user message the reply
-        # answers from the instructions and the conversation so far, as the GA API does (a greeting).
-        response.previous_item_id = events.items(messages[-1])[-1]["id"] if messages else None
-        # Created at once, before research or a wait for the model: clients time out waiting for it.
-        await self.send(events.event("response.created", response=events.response(
-            response.id, self.session_id, "in_progress", response.modalities, [], metadata=response.metadata)))
-        self._start(self._run_response(response))
-
-    # Responses -------------------------------------------------------------------------------------
-    async def _run_response(self, response: Response) -> None:
         # The response to a commit is that turn's: its clock started at the commit, whether it
         # answers in speech or text. Any other response's starts now.
-        response.figures, self.transcribed = self.transcribed or TurnFigures(), None
+        stream = ResponseStream(asked, self.service.engine, self.items, self.service.tts, self.send, self.transcribed)
+        self.transcribed = None
+        await stream.begin()
+        self._start(self._run_response(stream))
+
+    async def _run_response(self, stream: ResponseStream) -> None:
         try:
-            if response.audio:
-                await speak_reply(self, response)
-            else:
-                await self._text_turn(response)
+            await stream.run()
         except ServerBusy as busy:
-            await self._fail(response, f"the server is busy: {busy}", "server_busy")
+            await stream.fail(f"the server is busy: {busy}", "server_busy")
         except (FitError, ContextOverflow) as problem:
-            await self._fail(response, str(problem), "cannot_respond")
+            await stream.fail(str(problem), "cannot_respond")
         except ModelServerError as failure:
-            await self._fail(response, str(failure), "model_server_error")
+            await stream.fail(str(failure), "model_server_error")
         except Exception as failure:  # a bug or a broken engine: said in-band, the connection goes on
             log.exception("a response failed")
-            await self._fail(response, f"the response failed: {failure}", "internal_error")
+            await stream.fail(f"the response failed: {failure}", "internal_error")
         finally:
             self._report(self.protocol.response_ended)
-
-    async def _fail(self, response: Response, message: str, code: str) -> None:
-        """`error`, then `response.done` with status `failed` and the error in its details."""
-        failure = {"type": "server_error", "code": code, "message": message}
-        await self.send(events.error(message, code, "server_error"))
-        await self.send(events.event("response.done", response=events.response(
-            response.id, self.session_id, "failed", response.modalities, response.output, failure=failure,
-            metadata=response.metadata)))
-
-    async def _text_turn(self, response: Response) -> None:
-        async def send_delta(text: str) -> None:
-            await self.send(events.event("response.output_text.delta", **delta_ids(response), delta=text))
-
-        await finish(self, response, await stream_turn(self, response, send_delta))

@@ -5,10 +5,31 @@ response) is reported back to the protocol when it ends (`transcribed`, `drafted
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
-from voice.realtime.responses import Response
 from voice.realtime.turn_detection import VadSettings
+
+
+@dataclass
+class AskedResponse:
+    """What one `response.create` asked for (with the session's defaults filled in), and the switch
+    that stops it. The protocol makes it; `voice.realtime.response_stream` streams it."""
+
+    id: str
+    item_id: str  # the assistant message's id, if the reply has words
+    modalities: list[str]
+    instructions: str | None
+    max_tokens: int | None
+    tools: list[dict]
+    tool_choice: str | dict | None
+    metadata: dict | None
+    speed: float = 1.0  # of its speech
+    cancel: threading.Event = field(default_factory=threading.Event)  # set to stop it
+
+    @property
+    def audio(self) -> bool:
+        return self.modalities == ["audio"]
 
 
 @dataclass(frozen=True)
@@ -52,13 +73,13 @@ class TranscribeDraft:
 class Respond:
     """Start this response (response.created at once) if there is something to answer; report its
     end with `response_ended()`, whether it ran or was refused."""
-    response: Response
+    response: AskedResponse
 
 
 @dataclass(frozen=True)
 class Cancel:
     """Stop the running response; it ends with `response.done` cancelled, its reply stored as heard."""
-    response: Response
+    response: AskedResponse
 
 
 @dataclass(frozen=True)

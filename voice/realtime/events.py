@@ -12,7 +12,7 @@ from openai.types.realtime import realtime_server_event
 
 from models.audio import RATE
 
-from voice.store import StoredMessage, new_id
+from voice.store.sessions import StoredMessage, new_id
 
 PCM = {"type": "audio/pcm", "rate": RATE}
 

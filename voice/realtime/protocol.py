@@ -20,13 +20,13 @@ from collections import deque
 
 from models.audio import BYTES_PER_MS, AudioError
 from voice.realtime import events, options
-from voice.realtime.client_events import BadEvent, parse
-from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Effect, RetrieveItem,
-                                    Respond, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
-from voice.realtime.responses import Response
+from voice.realtime.client_events import BadEvent, Received, read
+from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Draft, Effect,
+                                    RetrieveItem, Respond, SaveInstructions, Send, Transcribe, TranscribeDraft,
+                                    TruncateItem)
 from voice.realtime.turn_detection import VadSettings
-from voice.speech import AudioBuffer
-from voice.store import new_id
+from voice.speech.audio import AudioBuffer
+from voice.store.sessions import new_id
 
 MIN_COMMIT_BYTES = 100 * BYTES_PER_MS  # 100 ms: less is nothing anyone could have said
 # While the key is held, the buffer is transcribed again whenever it has grown by this much (and no
@@ -88,10 +88,10 @@ class RealtimeProtocol:
         self.vad: VadSettings | None = None  # hands-free; None is push-to-talk
         self.audio = AudioBuffer(max_audio_seconds)
         self.state = IDLE
-        self.response: Response | None = None  # the running (or cancelling) response
+        self.response: AskedResponse | None = None  # the running (or cancelling) response
         self.deferred: deque[tuple[str, object]] = deque()
         self.speech_item: str | None = None  # the item the speech being heard will become
-        self.respond_after_transcript: Response | None = None
+        self.respond_after_transcript: AskedResponse | None = None
         self.generation = 0  # of the input audio buffer: a commit or a clear starts the next
         self.draft: Draft | None = None  # of the buffer's current generation
         self.drafting: int | None = None  # the generation a running draft belongs to
@@ -102,11 +102,16 @@ class RealtimeProtocol:
     def opened(self) -> list[Effect]:
         return [Send(events.event("session.created", session=self._session()))]
 
-    def receive(self, raw: str | bytes) -> list[Effect]:
-        """A client event: what to do about it. Anything wrong with it is answered with `error`."""
-        event = None
+    def receive(self, raw: str | bytes | Received) -> list[Effect]:
+        """A client event (as it came, or already `read`): what to do about it. Anything wrong with
+        it is answered with `error`."""
+        received = raw if isinstance(raw, Received) else read(raw)
+        event = received.event
         try:
-            event = parse(raw)
+            if received.problem is not None:
+                raise received.problem
+            if received.audio is not None:
+                return self._append_audio(received.audio)
             return getattr(self, "_on_" + event.type.replace(".", "_"))(event)
         except BadEvent as bad:
             return [Send(events.error(str(bad), bad.code, event_id=bad.event_id or getattr(event, "event_id", None),
@@ -193,7 +198,7 @@ class RealtimeProtocol:
             return []
         return [Transcribe(audio, item_id, draft)]
 
-    def _respond(self, happening: str, response: Response) -> list[Effect]:
+    def _respond(self, happening: str, response: AskedResponse) -> list[Effect]:
         self.response = response
         return [Respond(response)]
 
@@ -241,9 +246,9 @@ class RealtimeProtocol:
     def _on_response_cancel(self, event) -> list[Effect]:
         return self._happen("response.cancel")
 
-    def _on_input_audio_buffer_append(self, event) -> list[Effect]:
+    def _append_audio(self, decoded: bytes) -> list[Effect]:
         try:
-            chunk = self.audio.append(event.audio)
+            chunk = self.audio.append(decoded)
         except AudioError as error:
             raise BadEvent(str(error), "invalid_audio", "audio") from None
         if self.vad is not None:
@@ -304,7 +309,7 @@ class RealtimeProtocol:
         return [truncate]
 
     # Building --------------------------------------------------------------------------------------
-    def _new_response(self, asked) -> Response:
+    def _new_response(self, asked) -> AskedResponse:
         """A response from `response.create`'s options (None: the session's defaults)."""
         modalities, tools, choice = self.modalities, self.tools, self.tool_choice
         instructions = max_tokens = metadata = None
@@ -321,7 +326,7 @@ class RealtimeProtocol:
                 choice = options.tool_choice(asked.tool_choice, "response.tool_choice")
             instructions, metadata = asked.instructions, asked.metadata
             max_tokens = options.max_output_tokens(asked.max_output_tokens)
-        return Response(new_id("resp"), new_id("item"), modalities, instructions, max_tokens, tools, choice,
+        return AskedResponse(new_id("resp"), new_id("item"), modalities, instructions, max_tokens, tools, choice,
                         metadata, self.speed)
 
     def _session(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -23,6 +24,8 @@ class ModelQueue:
         self._holders = 0
         self._turns: deque[asyncio.Future] = deque()
         self._background: deque[asyncio.Future] = deque()
+        # Set while a turn waits for a place: work in a worker thread reads it to give way.
+        self.turn_waiting = threading.Event()
 
     async def acquire(self, background: bool = False) -> None:
         if self._holders < self.capacity:  # a free place means nobody waits: release hands places over
@@ -31,6 +34,7 @@ class ModelQueue:
         future = asyncio.get_running_loop().create_future()
         waiters = self._background if background else self._turns
         waiters.append(future)
+        self._note_turns()
         try:
             await future
         except asyncio.CancelledError:
@@ -39,15 +43,19 @@ class ModelQueue:
             elif future in waiters:
                 waiters.remove(future)
             raise
+        finally:
+            self._note_turns()
 
     @property
     def holders(self) -> int:
         """Replies (or background work) using the model now."""
         return self._holders
 
-    def turns_waiting(self) -> bool:
-        """Whether a turn waits for a place (read from any thread: a stale answer only delays)."""
-        return any(not future.done() for future in list(self._turns))
+    def _note_turns(self) -> None:
+        if any(not future.done() for future in self._turns):
+            self.turn_waiting.set()
+        else:
+            self.turn_waiting.clear()
 
     def release(self) -> None:
         for waiters in (self._turns, self._background):
@@ -55,6 +63,7 @@ class ModelQueue:
                 future = waiters.popleft()
                 if not future.done():
                     future.set_result(None)  # the place passes to this waiter
+                    self._note_turns()
                     return
         self._holders -= 1
 

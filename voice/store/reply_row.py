@@ -1,11 +1,14 @@
 """A reply's stored row while it streams, so a crash loses at most the sentence being made.
 
 `ReplyRow` is the one writer of an assistant reply. Its row appears, with status `in_progress`, as
-the reply's first text is sent, and each sentence delivered after that rewrites it in one transaction; `finish` gives it its final text, status and figures. A process killed in between
+the reply's first text is sent, and each sentence delivered after that rewrites it in one
+transaction; `finish` gives it its final text, status and figures. A process killed in between
 leaves the row `in_progress`, and the store marks such rows `interrupted` when it next opens.
 
-What counts as delivered is the caller's: the turn engine feeds text replies as they are sent;
-a spoken reply is fed by its speaker as each sentence's audio goes out, with the audio timeline.
+What counts as delivered is the caller's: a Realtime response (voice.realtime.response_stream)
+feeds its text reply as each piece is sent, and its speaker a spoken one as each sentence's audio
+goes out, with the audio timeline; for the other front ends the turn engine feeds the reply as it
+yields it.
 Every write runs in a worker thread, never on the event loop.
 """
 
@@ -13,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from voice.speech import Sentences
-from voice.store import SessionStore, StoredMessage
+from voice.speech.sentences import Sentences
+from voice.store.sessions import SessionStore, StoredMessage
 
 IN_PROGRESS = "in_progress"
 

@@ -1,10 +1,11 @@
 """One turn's figures: a single record that every part of a turn writes its own figures into.
 
 A `TurnFigures` is made by whoever starts the turn's clock (a spoken turn's at its commit, others
-when the turn engine is called) and passed down. Each figure has one writer: the transcription
-writes `stt_ms` and `stt_draft`; the turn engine the queue, research, fit and model figures and
-`ttft_ms`; the speaker `first_audio_ms`; whoever ends the response (the engine, or the speaker
-once the last audio is sent) `total_ms` and `status`. The same record is stored with the reply,
+with the `TurnRequest`) and passed down. Each figure has one writer: the transcription
+(voice.realtime.transcription) writes `stt_ms` and `stt_draft`; the turn engine the queue,
+research, fit and model figures and `ttft_ms`; the speaker (voice.speech.speaker)
+`first_audio_ms`; whoever stores the reply (a Realtime response once its last text or audio is
+sent, else the engine) `total_ms` and `status`. The same record is stored with the reply,
 sent in `response.done`, and served by `GET /v1/figures`, so all three agree.
 """
 

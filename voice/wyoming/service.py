@@ -10,76 +10,32 @@ engine the websocket already uses (no model is loaded twice):
   sentence at a time as each completes, each as its own `audio-start` ... `audio-stop`, and ends with
   `synthesize-stopped`; a plain `synthesize` sent during such a stream (Home Assistant sends both)
   is ignored.
-- `handle` (the assistant): a `transcript` is a question. Its `context.conversation_id` names a
-  Parlour session (the same id always maps to the same stored session, across restarts), so the
-  assistant remembers; the reply streams as `handled-start`, `handled-chunk`..., `handled-stop` and
-  ends with `handled`. A busy model answers `not-handled` with the reason.
+- `handle` (the assistant, `voice.wyoming.assistant`): a `transcript` is a question, answered by
+  the turn engine in the session its conversation id names.
+`describe` is answered with `voice.wyoming.info`.
 Anything else a client sends is answered with an `error` event, and the connection goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import logging
-import threading
 from functools import partial
-from importlib.metadata import version
 
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.audio import AudioChunk, AudioChunkConverter, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
-from wyoming.info import (
-    AsrModel, AsrProgram, Attribution, Describe, HandleModel, HandleProgram, Info, TtsProgram, TtsVoice,
-)
+from wyoming.info import Describe
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
-from fitting import FitError
-from models.reply import ContextOverflow
-from models.remote_llm import ModelServerError
-from voice.speech import Sentences
-from voice.turns import ServerBusy
+from voice.speech.sentences import Sentences
+from voice.wyoming import assistant
+from voice.wyoming.info import describe
 
 log = logging.getLogger("parlour")
 CHUNK_SAMPLES = 1024  # per audio-chunk sent, as wyoming-piper does
-
-
-def session_for(conversation_id: str) -> str:
-    """The Parlour session a Home Assistant conversation lives in: the same id, the same session."""
-    return "wyoming_" + hashlib.sha256(conversation_id.encode()).hexdigest()[:24]
-
-
-@functools.cache
-def _version(package: str) -> str:
-    """Read from the installed package's metadata once: a file read is no work for the event loop."""
-    return version(package)
-
-
-def describe(service) -> Info:
-    """Honest names of the three programs and the models behind them."""
-    ours = _version("parlour")
-    parlour = Attribution(name="Parlour", url=f"http://{service.config.host}:{service.port}/")  # its own page
-    whisper = AsrModel(name=service.stt.path.name, description="faster-whisper (CTranslate2, int8)",
-                       attribution=Attribution("OpenAI Whisper via faster-whisper", "https://github.com/SYSTRAN/faster-whisper"),
-                       installed=True, version=_version("faster-whisper"), languages=[service.stt.language])
-    voice = TtsVoice(name=service.tts.name, description=f"Piper voice {service.tts.name}",
-                     attribution=Attribution("Piper", "https://github.com/OHF-Voice/piper1-gpl"),
-                     installed=True, version=_version("piper-tts"), languages=[service.tts.name.split("-")[0]])
-    assistant = HandleModel(name=service.llm.name, description="the language model, with memory",
-                            attribution=parlour, installed=True, version=ours, languages=["en"])
-    return Info(
-        asr=[AsrProgram(name="parlour-asr", description="Parlour speech-to-text", attribution=parlour,
-                        installed=True, version=ours, models=[whisper], supports_transcript_streaming=True)],
-        tts=[TtsProgram(name="parlour-tts", description="Parlour speech", attribution=parlour, installed=True,
-                        version=ours, voices=[voice], supports_synthesize_streaming=True)],
-        handle=[HandleProgram(name="parlour", description="Parlour, a local assistant that remembers",
-                              attribution=parlour, installed=True, version=ours, models=[assistant],
-                              supports_handled_streaming=True)],
-    )
 
 
 class WyomingHandler(AsyncEventHandler):
@@ -124,7 +80,7 @@ class WyomingHandler(AsyncEventHandler):
         elif SynthesizeStop.is_type(event.type):
             await self._synthesize_stop()
         elif Transcript.is_type(event.type):
-            await self._handle(Transcript.from_event(event))
+            await assistant.answer(self.service, Transcript.from_event(event), self.write_event)
         else:
             await self._error(f"unsupported event: {event.type}", "unknown_event")
 
@@ -140,7 +96,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._error(f"audio-chunk at {chunk.rate} Hz after audio-start at {self.rate} Hz", "invalid_audio")
             return
         self.audio += self.converter.convert(chunk).audio
-        self.service.engine.hearing()
+        self.service.engine.upkeep.hearing()
         if len(self.audio) > self.service.config.max_audio_seconds * self.rate * 2:
             self.audio = None
             await self._error(f"more than {self.service.config.max_audio_seconds} s of audio", "audio_too_long")
@@ -181,31 +137,6 @@ class WyomingHandler(AsyncEventHandler):
         if rest:
             await self._speak(rest)
         await self.write_event(SynthesizeStopped().event())
-
-    # handle -------------------------------------------------------------------------------------
-    async def _handle(self, transcript: Transcript) -> None:
-        store, context = self.service.store, transcript.context or {}
-        conversation = str(context.get("conversation_id") or "")
-        session_id = session_for(conversation) if conversation else None
-        if session_id is None or not await asyncio.to_thread(store.exists, session_id):
-            session_id = await asyncio.to_thread(store.create, self.service.config.instructions, session_id=session_id)
-        if not transcript.text.strip():
-            await self.write_event(NotHandled(text="nothing was said", context=context).event())
-            return
-        await asyncio.to_thread(store.append, session_id, {"role": "user", "content": transcript.text})
-        await self.write_event(HandledStart(context=context).event())
-        said: list[str] = []
-        try:
-            async for turn in self.service.engine.respond(session_id, threading.Event(), spoken=True):
-                if turn.kind == "delta":
-                    said.append(turn.text)
-                    await self.write_event(HandledChunk(text=turn.text).event())
-        except (ServerBusy, ModelServerError, FitError, ContextOverflow) as problem:  # the reply could not begin
-            await self.write_event(HandledStop().event())
-            await self.write_event(NotHandled(text=str(problem), context=context).event())
-            return
-        await self.write_event(HandledStop().event())
-        await self.write_event(Handled(text="".join(said).strip(), context=context).event())
 
 
 async def start(service, host: str, port: int) -> AsyncTcpServer:

@@ -1,4 +1,4 @@
-"""The session store's tables (voice.store): sessions, their messages, summaries and chat threads,
+"""The session store's tables (voice.store.sessions): sessions, their messages, summaries and chat threads,
 and the full-text index of what users said that keeps itself in step with the messages."""
 
 SCHEMA = """
@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS threads (
 );
 """
 
-# What the user said, searchable across sessions (voice.recall). SQLite keeps it in step with the
+# What the user said, searchable across sessions (voice.knowledge.recall). SQLite keeps it in step with the
 # messages (the one writer of a message row stays `_insert`); a row's rowid links the two.
 SAID = """
 CREATE VIRTUAL TABLE said USING fts5(content, tokenize='porter unicode61');

@@ -1,6 +1,6 @@
 """Recall: what the user told the assistant in their other sessions, found for a question.
 
-Research searches it beside the knowledge base (voice.research), so that "What did I tell you last
+Research searches it beside the knowledge base (voice.knowledge.research), so that "What did I tell you last
 week about the plumber?" works in a new session. The store indexes every user message with FTS5
 (`SessionStore.said_elsewhere`) and answers only from the sessions of the same owner: the same API
 key, or, without keys, the one user of the service.
@@ -19,9 +19,9 @@ import math
 import time
 from datetime import date
 
-from voice.knowledge import SearchResult, fts_query, telling_terms
-from voice.speech import Sentences
-from voice.store import SessionStore
+from voice.knowledge.base import SearchResult, fts_query, telling_terms
+from voice.speech.sentences import Sentences
+from voice.store.sessions import SessionStore
 
 # Words that say a question is about the past, not what it is about.
 PAST = frozenset(telling_terms(

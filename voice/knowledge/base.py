@@ -2,8 +2,9 @@
 
 `parlour index DIR` builds it; re-indexing reads only files whose size or modification time changed
 (and re-chunks only those whose content hash changed), and forgets files that are gone. `search`
-returns a few results of at most 4,000 characters each, the research tool's result size in the
-decision record; a question that names documents is answered from them (`named_documents`).
+returns a few results, each one whole chunk of at most `CHUNK_CHARS` (2,000) characters, within
+the decision record's 4,000 a result; a question that names documents is answered from them
+(`named_documents`).
 `vocabulary` gives the names the texts are about, for whisper to expect.
 """
 

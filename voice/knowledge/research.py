@@ -1,13 +1,13 @@
 """Research: how a turn consults the knowledge base and the user's other sessions, stored as a real
 tool exchange.
 
-The `search` tool looks in both: what the user said in their other sessions (voice.recall), then
+The `search` tool looks in both: what the user said in their other sessions (voice.knowledge.recall), then
 the knowledge base's passages.
 - `auto`: every question is searched; the turn stores an assistant message with a `search` tool
   call and the tool result answering it. Without a knowledge base, only a question that recalls
   something gets the exchange.
 - `model`: the model is told about the `search` tool and decides: templates that know tools get it
-  declared natively, others get `TOOL_INSTRUCTIONS` in the system prompt. A reply that is a tool
+  declared natively, others get it described in the system prompt (voice.turns.tools). A reply that is a tool
   call is parsed (`models.tool_calls`: every shape small models write), run, stored, and the model
   answers again with the results.
 - `off`: no research.
@@ -27,12 +27,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
+from fitting.measure import estimate_text
 from models.tool_calls import new_call
 from voice.chat.thread import without_clock
-from voice.knowledge import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
-from voice.recall import recalled
-from voice.speech import Sentences
-from voice.store import SessionStore
+from voice.knowledge.base import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
+from voice.knowledge.recall import recalled
+from voice.speech.sentences import Sentences
+from voice.store.sessions import SessionStore
 
 SEARCH_TOOL = {
     "type": "function",
@@ -50,29 +51,7 @@ SEARCH_TOOL = {
     },
 }
 
-# The system prompt's addition under the `model` policy for templates that cannot declare tools.
-TOOL_INSTRUCTIONS = (
-    "You can search the user's notes. To search, reply with only this line and nothing else:\n"
-    '<tool_call>{"name": "search", "arguments": {"query": "..."}}</tool_call>\n'
-    "Search for questions about the user's own appointments, codes, passwords, home or plans; "
-    "answer everything else directly."
-)
-def tool_instructions(search: bool, client_tools: list[dict]) -> str:
-    """The tools in words, for templates that cannot declare them: `search` as tuned above, and a
-    client's functions by name, parameters and description."""
-    parts = [TOOL_INSTRUCTIONS] if search else []
-    if client_tools:
-        lines = []
-        for tool in client_tools:
-            function = tool["function"]
-            parameters = ", ".join((function.get("parameters") or {}).get("properties") or {})
-            lines.append(f"- {function['name']}({parameters}): {function.get('description') or ''}".rstrip(": "))
-        parts.append("You can call these functions:\n" + "\n".join(lines) + "\nTo call one, reply with only "
-                     'this line and nothing else:\n<tool_call>{"name": "...", "arguments": {...}}</tool_call>')
-    return "\n\n".join(parts)
-
-
-DESCRIBED = {"search": "query"}  # a search asked for in words: 'search ... with the query "..."'
+SEARCH_IN_WORDS = {"search": "query"}  # a search asked for in words: 'search ... with the query "..."'
 
 
 class Research:
@@ -82,14 +61,14 @@ class Research:
                  results: int = 3, spoken_tokens: int = 250, count: Callable[[str], int] | None = None,
                  spoken_results: int = 6):
         """`store`, if given, is searched too: what the user said in their other sessions
-        (voice.recall). A spoken turn's sentences are chosen from `spoken_results` passages, a text
+        (voice.knowledge.recall). A spoken turn's sentences are chosen from `spoken_results` passages, a text
         turn gets `results` whole. `count` gives a text's tokens (the model's tokenizer); without
         it, characters / 3."""
         self.policy = policy if knowledge is not None or store is not None else "off"
         self.knowledge, self.store = knowledge, store
         self.results, self.spoken_results = results, spoken_results
         self.spoken_tokens = spoken_tokens
-        self.count = count or (lambda text: math.ceil(len(text) / 3))
+        self.count = count or estimate_text
 
     def run(self, calls: list[dict], found_only: bool = False, spoken_question: str | None = None,
             session_id: str | None = None) -> list[dict]:

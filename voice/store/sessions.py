@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fitting import Summary
-from voice.store_schema import SAID, SCHEMA
+from voice.store.schema import SAID, SCHEMA
 
 
 class ItemConflict(ValueError):
@@ -178,7 +178,7 @@ class SessionStore:
 
     def write_reply(self, session_id: str, item_id: str, content: str, status: str,
                     figures: dict | None = None) -> None:
-        """Create or bring up to date a streaming reply's row (voice.reply_row), in one transaction."""
+        """Create or bring up to date a streaming reply's row (voice.store.reply_row), in one transaction."""
         with self._transaction():
             found = self._db.execute("SELECT 1 FROM messages WHERE session_id = ? AND item_id = ?",
                                      (session_id, item_id)).fetchone()
@@ -281,6 +281,12 @@ class SessionStore:
                           (session_id, deleted))
         return [_stored(row) for row in rows]
 
+    def last_message(self, session_id: str) -> StoredMessage | None:
+        """The session's last message (deleted ones left out), if it has any."""
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND status != 'deleted' "
+                          "ORDER BY position DESC LIMIT 1", (session_id,))
+        return _stored(rows[0]) if rows else None
+
     def message(self, session_id: str, item_id: str) -> StoredMessage | None:
         rows = self._read("SELECT * FROM messages WHERE session_id = ? AND item_id = ? AND status != 'deleted'",
                           (session_id, item_id))
@@ -312,7 +318,7 @@ class SessionStore:
         rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end", (session_id,))
         return [Summary(r["start"], r["end"], r["text"]) for r in rows]
 
-    # What the user said in other sessions (voice.recall) -----------------------------------------
+    # What the user said in other sessions (voice.knowledge.recall) -----------------------------------------
     def said_elsewhere(self, session_id: str, match: str, limit: int) -> list[tuple[str, float, float]]:
         """The user's messages matching the FTS5 query `match`, best first by BM25, from the other
         sessions of the owner of `session_id` (never another owner's): (text, time said, score). A message

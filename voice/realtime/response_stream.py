@@ -1,0 +1,195 @@
+"""One response as it streams to the client: its output items, the events that carry them, its reply row.
+
+`ResponseStream` runs the turn engine for one `AskedResponse` and turns the turn's events into
+Realtime events: research as conversation items, the reply's message item opened at its first
+words (text deltas, or audio transcript deltas while `voice.speech.speaker` speaks each sentence),
+the client's function calls as `function_call` output items. It owns the reply's row: a text reply
+is stored sentence by sentence as it is sent, a spoken one as each sentence's audio is sent, and
+a reply that fails or is stopped keeps what was delivered. It always ends with `response.done`:
+`completed`, `cancelled`, `incomplete` at the output limit, or `failed` (`fail`).
+
+Every item a response adds to the conversation is announced there too, as the GA API does:
+`conversation.item.added` right after its `response.output_item.added`, `conversation.item.done`
+right after its `response.output_item.done`, each with the `previous_item_id` it follows (Pipecat
+runs a function call only once it has seen the call's `conversation.item.added`).
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+
+from models.tts import TextToSpeech
+from voice.realtime import events
+from voice.realtime.effects import AskedResponse
+from voice.realtime.items import Items, Send
+from voice.speech.audio import audio_delta
+from voice.speech.speaker import Speaker
+from voice.store.reply_row import ReplyRow
+from voice.turns.engine import TurnEngine
+from voice.turns.events import Calls, Delta, Researched, TurnRequest
+from voice.turns.figures import TurnFigures
+
+
+class ResponseStream:
+    def __init__(self, asked: AskedResponse, engine: TurnEngine, items: Items, tts: TextToSpeech, send: Send,
+                 figures: TurnFigures | None = None):
+        """`figures` is the turn's record if its clock started before (at a commit)."""
+        self.asked, self.engine, self.items, self.tts, self.send = asked, engine, items, tts, send
+        self.figures = figures or TurnFigures()
+        self.row = ReplyRow(items.store, items.session_id, asked.item_id)
+        self.output: list[dict] = []  # finished output items
+        self.message_index: int | None = None  # the message item's output_index, once it is opened
+        self.previous_item_id: str | None = None  # what the next item the response adds follows
+        self.message_previous: str | None = None  # what the message item follows
+
+    async def begin(self) -> None:
+        """`response.created`, at once, before research or a wait for the model: clients time out
+        waiting for it. The output follows the conversation's last item; with no new user message
+        the reply answers from the instructions and the conversation so far (a greeting)."""
+        self.previous_item_id = await self.items.last_id()
+        await self.send(self._done_event("in_progress", []))
+
+    async def run(self) -> None:
+        """Stream the turn; errors propagate (the caller says them with `fail`)."""
+        asked, figures = self.asked, self.figures
+        speaker = Speaker(self.tts, asked.speed, asked.cancel, self._send_audio, self.row, figures) \
+            if asked.audio else None
+        request = TurnRequest(self.items.session_id, asked.cancel, asked.instructions, asked.max_tokens,
+                              asked.tools, asked.tool_choice, spoken=asked.audio, row=self.row, figures=figures)
+        text = ""
+        try:
+            async with aclosing(self.engine.respond(request)) as turn:
+                async for event in turn:
+                    match event:
+                        case Researched(stored):
+                            await self._announce_research(stored)
+                        case Calls(stored=stored):
+                            await self._announce_calls(stored)
+                        case Delta(piece):
+                            if self.message_index is None:
+                                await self._open_message()
+                            text += piece
+                            await self._send_text(piece)
+                            if speaker:
+                                speaker.feed(piece)
+                            else:
+                                await self.row.feed(piece)
+        except BaseException:
+            await self._keep_delivered(speaker, text)
+            raise
+        if speaker:
+            await speaker.finish()
+        figures.end("interrupted" if asked.cancel.is_set() else figures.status or "complete")
+        # A spoken reply keeps its sentences' audio offsets, for conversation.item.truncate. A reply
+        # that only called the client's functions has no words to store.
+        if text or not figures.tool_calls:
+            timeline = {"timeline": speaker.timeline} if speaker else {}
+            await self.row.finish(text, figures.status, {**figures.as_json(), **timeline})
+        await self._finish(text)
+
+    async def _keep_delivered(self, speaker: Speaker | None, text: str) -> None:
+        """The turn failed or was stopped from outside: what was spoken (whole sentences), or the
+        text that was sent, is stored as interrupted."""
+        if speaker:
+            await speaker.finish(whole=False)
+            await self.row.abandon({"timeline": speaker.timeline})
+        elif text and not self.row.finished:
+            self.figures.end("interrupted")
+            await self.row.finish(text, "interrupted", self.figures.as_json())
+
+    async def fail(self, message: str, code: str) -> None:
+        """`error`, then `response.done` with status `failed` and the error in its details."""
+        failure = {"type": "server_error", "code": code, "message": message}
+        await self.send(events.error(message, code, "server_error"))
+        await self.send(self._done_event("failed", self.output, failure=failure))
+
+    # Events ------------------------------------------------------------------------------------
+    def _done_event(self, status: str, output: list[dict], figures: dict | None = None, **fields) -> dict:
+        kind = "response.created" if status == "in_progress" else "response.done"
+        return events.event(kind, response=events.response(
+            self.asked.id, self.items.session_id, status, self.asked.modalities, output, figures,
+            metadata=self.asked.metadata, **fields))
+
+    def _delta_ids(self) -> dict:
+        return {"response_id": self.asked.id, "item_id": self.asked.item_id, "output_index": self.message_index,
+                "content_index": 0}
+
+    async def _send_text(self, piece: str) -> None:
+        kind = "response.output_audio_transcript.delta" if self.asked.audio else "response.output_text.delta"
+        await self.send(events.event(kind, **self._delta_ids(), delta=piece))
+
+    async def _send_audio(self, chunk: bytes) -> None:
+        await self.send(events.event("response.output_audio.delta", **self._delta_ids(), delta=audio_delta(chunk)))
+
+    async def _added(self, item: dict) -> str | None:
+        """`conversation.item.added` for an item the response adds; returns what it follows."""
+        previous, self.previous_item_id = self.previous_item_id, item["id"]
+        await self.send(events.event("conversation.item.added", previous_item_id=previous, item=item))
+        return previous
+
+    async def _open_message(self) -> None:
+        """The reply's message item and its one content part, once it has words."""
+        asked = self.asked
+        self.message_index = len(self.output)
+        item = events.assistant_item(asked.item_id, "", "in_progress", asked.audio)
+        await self.send(events.event("response.output_item.added", response_id=asked.id,
+                                     output_index=self.message_index, item=item))
+        self.message_previous = await self._added(item)
+        part = {"type": "audio", "transcript": ""} if asked.audio else {"type": "text", "text": ""}
+        await self.send(events.event("response.content_part.added", **self._delta_ids(), part=part))
+
+    async def _announce_research(self, stored_messages) -> None:
+        """The knowledge base's call and results: conversation items, not output (the client runs nothing)."""
+        for stored in stored_messages:
+            for payload in events.items(stored):
+                previous = await self._added(payload)
+                await self.send(events.event("conversation.item.done", previous_item_id=previous, item=payload))
+
+    async def _announce_calls(self, stored_messages) -> None:
+        """The client's function calls as output items; the client runs them and answers."""
+        response_id = self.asked.id
+        for stored in stored_messages:
+            for item in events.items(stored):
+                index = len(self.output) + (self.message_index is not None)
+                pending = {**item, "status": "in_progress", "arguments": ""}
+                ids = {"response_id": response_id, "item_id": item["id"], "output_index": index,
+                       "call_id": item["call_id"]}
+                await self.send(events.event("response.output_item.added", response_id=response_id,
+                                             output_index=index, item=pending))
+                previous = await self._added(pending)
+                await self.send(events.event("response.function_call_arguments.delta", **ids,
+                                             delta=item["arguments"]))
+                await self.send(events.event("response.function_call_arguments.done", **ids, name=item["name"],
+                                             arguments=item["arguments"]))
+                await self.send(events.event("response.output_item.done", response_id=response_id,
+                                             output_index=index, item=item))
+                await self.send(events.event("conversation.item.done", previous_item_id=previous, item=item))
+                self.output.append(item)
+
+    async def _finish(self, text: str) -> None:
+        """The message's .done events, then `response.done` with the turn's figures."""
+        asked, figures = self.asked, self.figures
+        cancelled = figures.status == "interrupted"
+        if self.message_index is not None:
+            ids = self._delta_ids()
+            if asked.audio:
+                await self.send(events.event("response.output_audio.done", **ids))
+                await self.send(events.event("response.output_audio_transcript.done", **ids, transcript=text))
+                part = {"type": "audio", "transcript": text}
+            else:
+                await self.send(events.event("response.output_text.done", **ids, text=text))
+                part = {"type": "text", "text": text}
+            await self.send(events.event("response.content_part.done", **ids, part=part))
+            final = events.assistant_item(asked.item_id, text, "incomplete" if cancelled else "completed",
+                                          asked.audio)
+            await self.send(events.event("response.output_item.done", response_id=asked.id,
+                                         output_index=self.message_index, item=final))
+            await self.send(events.event("conversation.item.done", previous_item_id=self.message_previous,
+                                         item=final))
+            self.output.insert(self.message_index, final)
+        status, reason = "completed", None
+        if cancelled:
+            status, reason = "cancelled", "client_cancelled"
+        elif figures.finish_reason == "length" and not figures.tool_calls:
+            status, reason = "incomplete", "max_output_tokens"
+        await self.send(self._done_event(status, self.output, figures.as_json(), reason=reason))

@@ -1,0 +1,82 @@
+"""The speaker of a streaming reply: each sentence is spoken by Piper as soon as it is complete.
+
+`Speaker` is fed the reply's text as the model writes it. Synthesis runs in a task beside the
+model, so one sentence is synthesized while the next is written. The first piece is a phrase
+(`voice.speech.sentences.Sentences`), and when the listener's audio is about to run out before the
+next sentence is written, the phrases written so far are spoken rather than leaving a silence.
+Each sentence is stored in the reply's row once all its audio is sent, with the timeline of
+[sentence, start_ms, end_ms] that `conversation.item.truncate` reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+from models.audio import BYTES_PER_MS
+from models.tts import TextToSpeech
+from voice.speech.sentences import Sentences
+from voice.store.reply_row import ReplyRow
+from voice.turns.figures import TurnFigures
+
+# Seconds of audio still to play when the speaker stops waiting for the sentence and speaks the
+# phrases written so far: Piper takes up to about that for a phrase while the model decodes beside it.
+SPEAK_AHEAD = 0.8
+
+
+class Speaker:
+    def __init__(self, tts: TextToSpeech, speed: float, cancel: threading.Event,
+                 send_audio: Callable[[bytes], Awaitable[None]], row: ReplyRow, figures: TurnFigures):
+        self.tts, self.speed, self.cancel, self.send_audio, self.row = tts, speed, cancel, send_audio, row
+        self.figures = figures  # the speaker writes the turn's `first_audio_ms`
+        self.timeline: list[list] = []  # [sentence, start_ms, end_ms] of the audio sent
+        self._sentences = Sentences()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._speak())
+
+    def feed(self, text: str) -> None:
+        """More of the reply's text; each sentence it completes is queued to be spoken."""
+        for sentence in self._sentences.feed(text):
+            self._queue.put_nowait(sentence)
+
+    async def finish(self, whole: bool = True) -> None:
+        """The reply is written: speak what is left of it (unless not `whole`: it failed or was
+        stopped) and wait until the last audio is sent."""
+        if whole and (rest := self._sentences.flush()):
+            self._queue.put_nowait(rest)
+        self._queue.put_nowait(None)
+        await self._task
+
+    async def _next_piece(self, playing_since: float | None, sent_ms: int) -> str | None:
+        """The next sentence; or, when the listener's audio is about to run out before it is
+        written, the phrases written so far."""
+        while self._queue.empty() and playing_since is not None and not self.cancel.is_set():
+            left = playing_since + sent_ms / 1000 - SPEAK_AHEAD - time.perf_counter()
+            if left <= 0 and (phrase := self._sentences.phrase()):
+                return phrase
+            try:
+                return await asyncio.wait_for(self._queue.get(), max(left, 0.05))
+            except TimeoutError:
+                pass
+        return await self._queue.get()
+
+    async def _speak(self) -> None:
+        sent_ms, playing_since = 0, None
+        while (sentence := await self._next_piece(playing_since, sent_ms)) is not None:
+            if self.cancel.is_set():
+                continue
+            chunks = await asyncio.to_thread(lambda: list(self.tts.synthesize(sentence, speed=self.speed)))
+            start = sent_ms
+            for chunk in chunks:
+                if self.cancel.is_set():
+                    break
+                if self.figures.first_audio_ms is None:
+                    self.figures.first_audio_ms = self.figures.since_start()
+                playing_since = playing_since or time.perf_counter()
+                await self.send_audio(chunk)
+                sent_ms += len(chunk) // BYTES_PER_MS
+            self.timeline.append([sentence, start, sent_ms])
+            if not self.cancel.is_set():  # its audio is all sent: the sentence is stored
+                await self.row.sentence(sentence, self.timeline)

@@ -1,0 +1,201 @@
+"""The turn engine every front end shares: research, fit, generate, store.
+
+One model serves every connection: turns wait in a fair (first come, first served) queue, and a
+turn that would wait behind `max_queue` others is refused with `ServerBusy`. A turn
+(`respond(TurnRequest)`, yielding `voice.turns.events`):
+1. researches the question under the research policy and stores the tool exchange (`Researched`);
+2. fits the session's transcript (`voice.turns.prompt`): a turn that must remove exchanges no
+   summary holds yet summarizes them first (`summarized_ms`); only if that fails are they dropped,
+   and the turn's `dropped` figure counts the messages lost;
+3. streams the reply (`Delta`), stored sentence by sentence as it goes (`in_progress`); a cancelled
+   reply is stored as `interrupted` with the text delivered. Under the `model` policy a reply that
+   calls `search` runs it and answers again; a reply that calls the client's functions ends the
+   turn with them (`Calls`);
+4. ends with `Done`, and leaves the model to `voice.turns.upkeep`: summaries made ahead and warm-ups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from fitting import FitResult
+from models.model import Model
+from models.tool_calls import CallScanner
+from voice.chat.thread import without_earlier_commands
+from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
+from voice.store.reply_row import ReplyRow
+from voice.store.sessions import SessionStore, new_id
+from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
+from voice.turns.figures import TurnFigures, ms
+from voice.turns.model_queue import ModelQueue, in_worker
+from voice.turns.prompt import TurnPrompt
+from voice.turns.tools import Offer, offer
+from voice.turns.upkeep import Upkeep
+
+
+class ServerBusy(Exception):
+    """Too many turns are already waiting for the model."""
+
+
+class TurnEngine:
+    def __init__(self, llm: Model, store: SessionStore, research: Research,
+                 context: int, reply_tokens: int = 256, max_queue: int = 8, temperature: float = 0.2,
+                 max_inflight: int = 1):
+        self.llm, self.store, self.research = llm, store, research
+        self.max_queue, self.temperature = max_queue, temperature
+        self.prompt = TurnPrompt(llm, store, context, reply_tokens)
+        self.queue = ModelQueue(max_inflight)
+        self.upkeep = Upkeep(llm, self.prompt, self.queue, self._offer([]))
+        self._waiting = 0
+        self.recent: list[TurnFigures] = []  # the last turns' figures, newest last (GET /v1/figures)
+
+    @property
+    def waiting(self) -> int:
+        """Turns waiting for the model."""
+        return self._waiting
+
+    @property
+    def generating(self) -> int:
+        """Turns and background work using the model now."""
+        return self.queue.holders
+
+    async def _acquire(self, session_id: str) -> tuple[list[dict], float]:
+        """A place in the queue, taken before anything is awaited (so turns queue in the order they
+        arrive), then the session's transcript, then the model. Returns the transcript and the wait."""
+        if self._waiting >= self.max_queue:
+            raise ServerBusy(f"{self._waiting} turns are already waiting for the model")
+        self._waiting += 1
+        try:
+            transcript = await asyncio.to_thread(self.store.transcript, session_id)
+            started = time.perf_counter()
+            await self.queue.acquire()
+        finally:
+            self._waiting -= 1
+        return transcript, time.perf_counter() - started
+
+    def _offer(self, client: list[dict]) -> Offer:
+        return offer(self.research.policy == "model", client, self.llm.knows_tools)
+
+    # A turn ----------------------------------------------------------------------------------
+    async def respond(self, request: TurnRequest) -> AsyncIterator[TurnEvent]:
+        """The turn's events, as `voice.turns.events` describes them; `Done` comes last."""
+        figures = request.figures
+        figures.session_id = request.session_id
+        transcript, queue_s = await self._acquire(request.session_id)
+        # Research looks up a new question; function results are already the evidence.
+        question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
+        figures.queue_ms = ms(queue_s)
+        delivered: list[str] = []
+        engine_stores = request.row is None
+        row = request.row or ReplyRow(self.store, request.session_id, request.item_id or new_id("item"))
+        stored_reply = None
+        try:
+            research_started = time.perf_counter()
+            exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
+                                               request.session_id) if question else []
+            if exchange:
+                yield Researched(await row.insert_before(exchange))
+            figures.research_ms = ms(time.perf_counter() - research_started)
+
+            async for event in self._generate(request, row, question):
+                if isinstance(event, Calls):
+                    message = {"role": "assistant", "content": None, "tool_calls": event.calls}
+                    event.stored = [await asyncio.to_thread(self.store.append, request.session_id, message)]
+                    figures.tool_calls = len(event.calls)
+                elif isinstance(event, Delta):
+                    if not delivered:
+                        figures.ttft_ms = figures.since_start()
+                        await row.open()
+                    delivered.append(event.text)
+                yield event
+                if isinstance(event, Delta) and engine_stores:
+                    await row.feed(event.text)  # after the yield: the text has been sent
+            interrupted = request.cancel.is_set() or figures.finish_reason == "cancelled"
+            figures.status = "interrupted" if interrupted else "complete"
+            if engine_stores:
+                figures.end(figures.status)
+                if delivered or not figures.tool_calls:  # a reply that only calls stores no text
+                    stored_reply = await row.finish("".join(delivered), figures.status, figures.as_json())
+        except BaseException:
+            if engine_stores and stored_reply is None and delivered:  # failed or stopped: keep what was sent
+                figures.end("interrupted")
+                await row.finish("".join(delivered), "interrupted", figures.as_json())
+            raise
+        finally:
+            self.queue.release()
+        self.recent = (self.recent + [figures])[-20:]  # the record itself: a speaker adds its figures after
+        if self.llm.approximate:  # a shift's cache, read by this reply: make it exact for the next
+            self.upkeep.warm(request.session_id, exact=True)
+        yield Done(figures, [stored_reply] if stored_reply else [])
+        self.upkeep.summarize_ahead(request.session_id)
+
+    async def _fit(self, request: TurnRequest, offered: Offer) -> FitResult:
+        figures, started = request.figures, time.perf_counter()
+        budget = self.prompt.budget_for(request.context, request.max_tokens)
+        result, summarized_s = await asyncio.to_thread(self.prompt.for_turn, request.session_id,
+                                                       request.instructions, offered, request.spoken, budget)
+        figures.fit_ms = (figures.fit_ms or 0) + ms(time.perf_counter() - started - summarized_s)
+        figures.summarized_ms = (figures.summarized_ms or 0) + ms(summarized_s)
+        figures.fitted(result)
+        return result
+
+    async def _generate(self, request: TurnRequest, row: ReplyRow, question: str) -> AsyncIterator[TurnEvent]:
+        """Fit and stream, at most twice: under the `model` policy a reply that calls `search`
+        runs it, and the second attempt answers from what it found."""
+        unused = ""
+        client = request.offered_tools()
+        client_names = {t["function"]["name"] for t in client}
+        offered = self._offer(client)  # the same on both attempts: the prompt's prefix stays
+        temperature = self.temperature if request.temperature is None else request.temperature
+        for attempt in range(2):
+            ask_model = self.research.policy == "model" and attempt == 0
+            result = await self._fit(request, offered)
+            # After the results, the reply may not open with a call: small models repeat theirs. A
+            # client's `required` or named tool_choice makes the first attempt open with one.
+            must_call = attempt == 0 and bool(client) and request.must_call
+            # Right after function results the reply answers from them: the 1.5B otherwise often
+            # called the same function again.
+            after_results = result.messages[-1]["role"] == "tool"
+            prompt = result.messages if request.earlier_calls or not client else \
+                without_earlier_commands(result.messages, {SEARCH_TOOL["function"]["name"]})
+            # Rendering and tokenizing the prompt is blocking work too: a worker thread does it.
+            reply = await asyncio.to_thread(
+                self.llm.stream, prompt, request.max_tokens or self.prompt.reply_tokens, temperature, offered.native,
+                open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
+            # With tools offered, anything that may begin a call is held back rather than spoken;
+            # on the second attempt a search is not run again, only kept out of the reply.
+            scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None) if offered.tools else None
+            async for piece in in_worker(reply):
+                if request.cancel.is_set():
+                    reply.cancel()
+                    break
+                if scanner is not None:
+                    piece = scanner.feed(piece)
+                if piece:
+                    yield Delta(piece)
+            request.figures.generated(reply.stats)
+            if scanner is None or request.cancel.is_set():
+                return
+            parsed = scanner.finish()
+            if calls := [c for c in parsed.calls if c["function"]["name"] in client_names]:
+                if parsed.text:
+                    yield Delta(parsed.text)
+                yield Calls(calls)  # the client runs them and asks again
+                return
+            calls = parsed.calls + parsed.unknown if ask_model else []
+            if not calls:
+                if parsed.text:
+                    yield Delta(parsed.text)
+                return
+            # Only searches that found something are kept. A fruitless one, or a call to a tool that
+            # does not exist, leaves the prompt as it was, and the next attempt, which may not open
+            # with a call, answers from what the model knows (told "no results", the 1.5B model
+            # only repeated the call or recited the message).
+            exchange = await asyncio.to_thread(self.research.run, calls, True,
+                                               question if request.spoken else None, request.session_id)
+            if exchange:
+                yield Researched(await row.insert_before(exchange))
+            else:  # the same prompt again: the answer may not open the way this reply did
+                unused = scanner.released + scanner.held
