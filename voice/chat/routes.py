@@ -13,13 +13,11 @@ from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 
-from fitting import FitError
-from models.remote_llm import ModelServerError
 from voice import http_api
 from voice.chat import ollama, openai_chat
 from voice.chat.thread import BadHistory
 from voice.chat.turn import BadRequest, ChatRequest, answer
-from voice.turns.engine import ServerBusy
+from voice.turns.engine import TURN_PROBLEMS
 from voice.turns.events import Calls, Delta, Done, TurnEvent
 
 MODEL = "parlour"
@@ -28,10 +26,10 @@ PATHS = ("/api/version", "/api/tags", "/api/ps", "/api/show", "/api/chat", "/api
          "/v1/models", "/v1/chat/completions")
 _METHODS = {"/api/version": "GET", "/api/tags": "GET", "/api/ps": "GET", "/v1/models": "GET"}
 # The errors a turn can meet, with the status each API answers them with.
-_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST,
-             FitError: HTTPStatus.BAD_REQUEST,
-             LookupError: HTTPStatus.NOT_FOUND, ServerBusy: HTTPStatus.SERVICE_UNAVAILABLE,
-             ModelServerError: HTTPStatus.BAD_GATEWAY}
+_TURN_STATUS = {"server_busy": HTTPStatus.SERVICE_UNAVAILABLE, "cannot_respond": HTTPStatus.BAD_REQUEST,
+                "model_server_error": HTTPStatus.BAD_GATEWAY}
+_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST, LookupError: HTTPStatus.NOT_FOUND,
+             **{kind: _TURN_STATUS[code] for kind, code in TURN_PROBLEMS.items()}}
 
 
 def _status(problem: Exception) -> HTTPStatus:

@@ -20,9 +20,6 @@ import logging
 
 from websockets.exceptions import ConnectionClosed
 
-from fitting import FitError
-from models.reply import ContextOverflow
-from models.remote_llm import ModelServerError
 from voice.realtime import client_events, events
 from voice.realtime.client_events import BadEvent
 from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Effect, Respond,
@@ -32,7 +29,7 @@ from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
 from voice.realtime.transcription import Transcription
 from voice.realtime.turn_detection import SpeechDetector
-from voice.turns.engine import ServerBusy
+from voice.turns.engine import TURN_PROBLEMS, ServerBusy, problem_code
 from voice.turns.figures import TurnFigures
 
 log = logging.getLogger("parlour")
@@ -214,12 +211,9 @@ class Connection:
     async def _run_response(self, stream: ResponseStream) -> None:
         try:
             await stream.run()
-        except ServerBusy as busy:
-            await stream.fail(f"the server is busy: {busy}", "server_busy")
-        except (FitError, ContextOverflow) as problem:
-            await stream.fail(str(problem), "cannot_respond")
-        except ModelServerError as failure:
-            await stream.fail(str(failure), "model_server_error")
+        except tuple(TURN_PROBLEMS) as problem:
+            busy = "the server is busy: " if isinstance(problem, ServerBusy) else ""
+            await stream.fail(f"{busy}{problem}", problem_code(problem))
         except Exception as failure:  # a bug or a broken engine: said in-band, the connection goes on
             log.exception("a response failed")
             await stream.fail(f"the response failed: {failure}", "internal_error")

@@ -20,8 +20,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from fitting import FitResult
+from fitting import FitError, FitResult
 from models.model import Model
+from models.remote_llm import ModelServerError
+from models.reply import ContextOverflow
 from models.tool_calls import CallScanner
 from voice.chat.thread import without_earlier_commands
 from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
@@ -37,6 +39,20 @@ from voice.turns.upkeep import Upkeep
 
 class ServerBusy(Exception):
     """Too many turns are already waiting for the model."""
+
+
+# What may end a turn that its client should hear about, each with its code (a Realtime `error`
+# code; the chat APIs map the codes to HTTP statuses, Wyoming says the message in `not-handled`).
+TURN_PROBLEMS: dict[type[Exception], str] = {
+    ServerBusy: "server_busy",
+    FitError: "cannot_respond",  # the prompt cannot fit the context
+    ContextOverflow: "cannot_respond",  # the model refused a prompt over its context
+    ModelServerError: "model_server_error",
+}
+
+
+def problem_code(problem: Exception) -> str:
+    return next(code for kind, code in TURN_PROBLEMS.items() if isinstance(problem, kind))
 
 
 class TurnEngine:

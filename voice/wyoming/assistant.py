@@ -17,10 +17,7 @@ from wyoming.asr import Transcript
 from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 
-from fitting import FitError
-from models.reply import ContextOverflow
-from models.remote_llm import ModelServerError
-from voice.turns.engine import ServerBusy
+from voice.turns.engine import TURN_PROBLEMS
 from voice.turns.events import Delta, TurnRequest
 
 
@@ -47,7 +44,7 @@ async def answer(service, transcript: Transcript, write_event: Callable[[Event],
             if isinstance(event, Delta):
                 said.append(event.text)
                 await write_event(HandledChunk(text=event.text).event())
-    except (ServerBusy, ModelServerError, FitError, ContextOverflow) as problem:  # the reply could not begin
+    except tuple(TURN_PROBLEMS) as problem:  # the reply could not begin
         await write_event(HandledStop().event())
         await write_event(NotHandled(text=str(problem), context=context).event())
         return
