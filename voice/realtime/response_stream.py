@@ -47,7 +47,7 @@ class ResponseStream:
         waiting for it. The output follows the conversation's last item; with no new user message
         the reply answers from the instructions and the conversation so far (a greeting)."""
         self.previous_item_id = await self.items.last_id()
-        await self.send(self._done_event("in_progress", []))
+        await self.send(self._response_event("in_progress", []))
 
     async def run(self) -> None:
         """Stream the turn; errors propagate (the caller says them with `fail`)."""
@@ -101,10 +101,11 @@ class ResponseStream:
         """`error`, then `response.done` with status `failed` and the error in its details."""
         failure = {"type": "server_error", "code": code, "message": message}
         await self.send(events.error(message, code, "server_error"))
-        await self.send(self._done_event("failed", self.output, failure=failure))
+        await self.send(self._response_event("failed", self.output, failure=failure))
 
     # Events ------------------------------------------------------------------------------------
-    def _done_event(self, status: str, output: list[dict], figures: dict | None = None, **fields) -> dict:
+    def _response_event(self, status: str, output: list[dict], figures: dict | None = None, **fields) -> dict:
+        """`response.created` (status `in_progress`) or `response.done`, with the response object."""
         kind = "response.created" if status == "in_progress" else "response.done"
         return events.event(kind, response=events.response(
             self.asked.id, self.items.session_id, status, self.asked.modalities, output, figures,
@@ -192,4 +193,4 @@ class ResponseStream:
             status, reason = "cancelled", "client_cancelled"
         elif figures.finish_reason == "length" and not figures.tool_calls:
             status, reason = "incomplete", "max_output_tokens"
-        await self.send(self._done_event(status, self.output, figures.as_json(), reason=reason))
+        await self.send(self._response_event(status, self.output, figures.as_json(), reason=reason))
