@@ -66,8 +66,7 @@ class TurnPrompt:
         self.store.save_removed(session_id, result.removed)
         return result, summarized_s
 
-    def before_next_question(self, session_id: str | None, instructions: str, offer: Offer,
-                             budget: int | None = None) -> FitResult:
+    def before_next_question(self, session_id: str | None, instructions: str, offer: Offer) -> FitResult:
         """What the next turn's prompt will start with, fitted as that turn will fit it: a new
         session's system prompt (`instructions`), or a stored session's history. Its last message
         is the question to come, which is empty."""
@@ -76,7 +75,7 @@ class TurnPrompt:
         else:
             transcript = self.store.transcript(session_id)
             removed, summary = self.store.fit_state(session_id)
-        return self.fit(transcript + [QUESTION_TO_COME], removed, summary, offer, budget or self.budget)
+        return self.fit(transcript + [QUESTION_TO_COME], removed, summary, offer, self.budget)
 
     def fit(self, transcript: list[dict], removed: list[int], summary: Summary | None, offer: Offer,
             budget: int, condense_with=None) -> FitResult:
@@ -112,9 +111,10 @@ class TurnPrompt:
         questions = [i for i, m in enumerate(transcript) if m["role"] == "user"]
         if not questions:
             return
+        removed, summary = self.store.fit_state(session_id)
         try:
-            ahead = self.before_next_question(session_id, "", offer,
-                                              self.budget - self.margin(transcript[questions[-1]:]))
+            ahead = self.fit(transcript + [QUESTION_TO_COME], removed, summary, offer,
+                             self.budget - self.margin(transcript[questions[-1]:]))
         except FitError:
             return
         self.summarize(session_id, ahead.history_end)
