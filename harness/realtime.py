@@ -56,7 +56,7 @@ class RunningServer:
 
     def idle(self, timeout: float = 120) -> None:
         """Wait for the engine's background work (summaries, warm-ups, refreshes)."""
-        asyncio.run_coroutine_threadsafe(self.service.engine.upkeep.idle(), self._loop).result(timeout)
+        asyncio.run_coroutine_threadsafe(self.service.engine.idle(), self._loop).result(timeout)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._stop.set)

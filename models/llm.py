@@ -210,6 +210,19 @@ class LanguageModel:
                 evaluated += len(prompt[start:start + batch])
             return evaluated
 
+    def discard(self, messages: list[Message], tools: list[dict] | None = None) -> None:
+        """Remove from the KV cache what follows `messages` (rendered as `prefill` renders them),
+        if the cache holds them: the cells of a prefill that guessed the next question wrong
+        (llama_memory_seq_rm). A cache that has moved on to another prompt is left as it is."""
+        kept = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
+        with self._lock:
+            llm = self._llm
+            if llm.n_tokens <= len(kept) or common_prefix(llm._input_ids.tolist(), kept) < len(kept):
+                return
+            llm._ctx.kv_cache_seq_rm(0, len(kept), -1)
+            llm.n_tokens = len(kept)
+            self._exact = min(self._exact, len(kept))
+
     def health(self) -> dict:
         return {"engine": {"cpu_features": cpu_features(), **self.engine.as_json()}}
 

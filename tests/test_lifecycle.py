@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Respond, RetrieveItem,
+from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Preempt, Respond, RetrieveItem,
                                     SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
 from voice.realtime.protocol import CANCELLING, IDLE, LIFECYCLE, REFUSALS, RESPONDING, TRANSCRIBING, RealtimeProtocol
 
@@ -275,12 +275,26 @@ def test_held_audio_is_drafted_in_the_background_and_the_commit_uses_the_draft()
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     assert isinstance(draft, TranscribeDraft) and len(draft.audio) == 600 * 48
     assert protocol.receive(raw("input_audio_buffer.append", audio=speech(600))) == []  # one draft at a time
-    assert protocol.drafted(draft.generation, "What is the", len(draft.audio)) == []
+    assert protocol.drafted(draft.generation, Draft("What is the", len(draft.audio))) == []
     (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(100)))  # 700 ms since the draft
     assert len(again.audio) == 1300 * 48
-    protocol.drafted(again.generation, "What is the time?", len(again.audio))
+    protocol.drafted(again.generation, Draft("What is the time?", len(again.audio)))
     (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
     assert effect.draft == Draft("What is the time?", 1300 * 48) and len(effect.audio) == 1300 * 48
+
+
+def test_a_settled_draft_of_the_held_key_is_prefilled_ahead_and_an_unsettled_one_is_not():
+    protocol = fresh()
+    protocol.tools = [{"type": "function", "function": {"name": "lights", "parameters": {}}}]
+    (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    assert protocol.drafted(draft.generation, Draft("What is the", len(draft.audio))) == []
+    (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    (effect,) = protocol.drafted(again.generation, Draft("What is the time?", len(again.audio), settled=True))
+    assert effect == Preempt("What is the time?", True, protocol.tools, "auto")
+    protocol.modalities = ["text"]
+    (later,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    (effect,) = protocol.drafted(later.generation, Draft("What is the time now?", len(later.audio), settled=True))
+    assert effect.spoken is False  # a text reply's research is not cut for speech
 
 
 def test_a_commit_waits_for_the_draft_that_is_running():
@@ -288,7 +302,7 @@ def test_a_commit_waits_for_the_draft_that_is_running():
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(900)))
     assert protocol.receive(raw("input_audio_buffer.commit")) == [] and protocol.state is TRANSCRIBING
     protocol.receive(raw("input_audio_buffer.append", audio=speech(200)))  # the next question begins
-    (effect,) = protocol.drafted(draft.generation, "Hello there.", len(draft.audio))
+    (effect,) = protocol.drafted(draft.generation, Draft("Hello there.", len(draft.audio)))
     assert isinstance(effect, Transcribe) and effect.draft == Draft("Hello there.", 900 * 48)
     assert protocol.draft is None  # the draft was the committed buffer's, not the new one's
 
@@ -297,7 +311,7 @@ def test_a_cleared_buffer_forgets_its_draft():
     protocol = fresh()
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(700)))
     protocol.receive(raw("input_audio_buffer.clear"))
-    assert protocol.drafted(draft.generation, "Never mind.", len(draft.audio)) == []
+    assert protocol.drafted(draft.generation, Draft("Never mind.", len(draft.audio), settled=True)) == []
     protocol.receive(raw("input_audio_buffer.append", audio=speech(300)))
     (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
     assert effect.draft is None and len(effect.audio) == 300 * 48
@@ -309,9 +323,9 @@ def test_a_cleared_buffer_forgets_its_draft():
 def test_a_commit_does_not_wait_for_a_draft_of_a_small_part_of_it():
     protocol = fresh()
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
-    protocol.drafted(draft.generation, "Tell me", len(draft.audio))
+    protocol.drafted(draft.generation, Draft("Tell me", len(draft.audio)))
     (running,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     protocol.receive(raw("input_audio_buffer.append", audio=speech(3000)))  # sent faster than spoken
     (effect,) = protocol.receive(raw("input_audio_buffer.commit"))
     assert isinstance(effect, Transcribe) and effect.draft == Draft("Tell me", 600 * 48)
-    assert protocol.drafted(running.generation, None, len(running.audio)) == []  # too late: nothing waits
+    assert protocol.drafted(running.generation, None) == []  # too late: nothing waits

@@ -252,4 +252,4 @@ class Service:
             await asyncio.gather(*self.http_connections, return_exceptions=True)
             if wyoming is not None:
                 await wyoming.stop()
-        await self.engine.upkeep.idle()
+        await self.engine.idle()

@@ -22,14 +22,15 @@ from websockets.exceptions import ConnectionClosed
 
 from voice.realtime import client_events, events
 from voice.realtime.client_events import BadEvent
-from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Effect, Respond,
-                                    RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Effect, Preempt,
+                                    Respond, RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
 from voice.realtime.items import Items
 from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
 from voice.realtime.transcription import Transcription
 from voice.realtime.turn_detection import SpeechDetector
 from voice.turns.engine import TURN_PROBLEMS, ServerBusy, problem_code
+from voice.turns.events import TurnRequest
 from voice.turns.figures import TurnFigures
 
 log = logging.getLogger("parlour")
@@ -147,6 +148,9 @@ class Connection:
                 self._start(self._transcribe(effect))
             case TranscribeDraft():
                 self._start(self._draft(effect))
+            case Preempt(question, spoken, tools, tool_choice):
+                self.service.engine.preempt(TurnRequest(self.session_id, tools=tools, tool_choice=tool_choice,
+                                                        spoken=spoken), question)
             case Respond(asked):
                 await self._respond(asked)
             case Cancel(asked):
@@ -187,15 +191,17 @@ class Connection:
     async def _draft(self, effect: TranscribeDraft) -> None:
         """Whisper on the audio so far, unless more events already wait: a client sending audio
         faster than it is spoken (a file, not a held key) would only find whisper busy at commit."""
-        text = None
-        self.service.engine.upkeep.hearing()
+        draft = None
+        engine = self.service.engine
+        engine.upkeep.hearing()
         try:
             if self.inbox.empty():
-                text = await self.transcription.draft(effect.audio)
+                with engine.preemptions.drafting():
+                    draft = await self.transcription.draft(effect.audio)
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
         finally:
-            self._report(functools.partial(self.protocol.drafted, effect.generation, text, len(effect.audio)))
+            self._report(functools.partial(self.protocol.drafted, effect.generation, draft))
 
     async def _respond(self, asked: AskedResponse) -> None:
         if self.closed:  # asked for before the client left: nobody would hear it

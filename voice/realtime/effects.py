@@ -56,15 +56,27 @@ class Transcribe:
 
 @dataclass(frozen=True)
 class Draft:
-    """What whisper heard in the first `covered` bytes of the input audio buffer."""
+    """What whisper heard in the first `covered` bytes of the input audio buffer; `settled` if its
+    last moments are silent (voice.realtime.transcription)."""
     text: str
     covered: int
+    settled: bool = False
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Research the question a settled draft heard, and evaluate its turn's prompt ahead, before
+    the commit (voice.turns.preemption); nothing is stored, announced or spoken."""
+    question: str
+    spoken: bool
+    tools: list[dict]
+    tool_choice: str | dict
 
 
 @dataclass(frozen=True)
 class TranscribeDraft:
     """Push-to-talk, key still held: transcribe the buffer so far in the background, and report it
-    with `drafted(generation, text)`."""
+    with `drafted(generation, draft)`."""
     audio: bytes
     generation: int
 

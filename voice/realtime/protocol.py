@@ -22,7 +22,7 @@ from models.audio import BYTES_PER_MS, AudioError
 from voice.realtime import events, options
 from voice.realtime.client_events import BadEvent, Received, read
 from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Draft, Effect,
-                                    RetrieveItem, Respond, SaveInstructions, Send, Transcribe, TranscribeDraft,
+                                    Preempt, RetrieveItem, Respond, SaveInstructions, Send, Transcribe, TranscribeDraft,
                                     TruncateItem)
 from voice.realtime.turn_detection import VadSettings
 from voice.speech.audio import AudioBuffer
@@ -125,17 +125,19 @@ class RealtimeProtocol:
             self.deferred.appendleft(("response.create", follow))
         return self._happen("transcribed")
 
-    def drafted(self, generation: int, text: str | None, covered: int) -> list[Effect]:
-        """A draft finished (`text` None: it failed or was skipped). A commit waiting for it is
-        transcribed now."""
+    def drafted(self, generation: int, draft: Draft | None) -> list[Effect]:
+        """A draft finished (None: it heard nothing, failed or was skipped). A commit waiting for
+        it is transcribed now. A settled draft of the held key's audio is guessed to be the
+        question: its turn is prefilled ahead (`Preempt`)."""
         self.drafting = None
-        draft = Draft(text, covered) if text else None
         if self.waiting_for_draft is not None and self.waiting_for_draft[3] == generation:
             audio, item_id, older, _generation = self.waiting_for_draft
             self.waiting_for_draft = None
             return [Transcribe(audio, item_id, draft or older)]
         if generation == self.generation and draft is not None:
             self.draft = draft
+            if draft.settled:
+                return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice)]
         return []
 
     def response_ended(self) -> list[Effect]:

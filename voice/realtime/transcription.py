@@ -1,7 +1,9 @@
 """A spoken question: transcribed, stored and announced before any reply begins.
 
-`Transcription.draft` runs whisper on the audio so far while the key is held. `commit` runs whisper
-on the committed buffer (or takes the draft, when the draft is the whole question), stores the
+`Transcription.draft` runs whisper on the audio so far while the key is held, and says whether the
+draft ends in silence (settled: the turn engine may prefill it ahead, voice.turns.preemption).
+`commit` runs whisper on the committed buffer (or takes the draft, when the draft is the whole
+question; or the draft's text, when whisper heard the same words again), stores the
 user item, sends `input_audio_buffer.committed`, the item and its transcript, and returns the
 turn's figures with its clock started at the commit: first audio is timed from there.
 """
@@ -19,6 +21,7 @@ from voice.realtime.client_events import BadEvent
 from voice.realtime.effects import Draft
 from voice.realtime.items import Items
 from voice.turns.figures import TurnFigures, ms
+from voice.turns.preemption import same_words
 
 DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
 
@@ -35,6 +38,9 @@ class Transcription:
         used_draft = transcript is not None
         if transcript is None:
             transcript = await asyncio.to_thread(self.transcribe, audio)
+            if draft is not None and same_words(draft.text, transcript.text):
+                # The draft's own text, which a prefill ahead of the commit read: the same words.
+                transcript = Transcript(draft.text, transcript.seconds, transcript.audio_seconds)
         if not transcript.text:
             raise BadEvent(f"no speech was heard in {transcript.audio_seconds:.1f} s of audio", "no_speech")
         stored, previous = await self.items.store_item({"role": "user", "content": transcript.text}, item_id)
@@ -48,15 +54,23 @@ class Transcription:
         stt_s = time.perf_counter() - committed_at if used_draft else transcript.seconds
         return TurnFigures(started=committed_at, stt_draft=used_draft, stt_ms=ms(stt_s))
 
-    async def draft(self, audio: bytes) -> str:
-        """What whisper hears in the audio so far, while the key is still held."""
-        return (await asyncio.to_thread(self.transcribe, audio)).text
+    async def draft(self, audio: bytes) -> Draft | None:
+        """What whisper hears in the audio so far, while the key is still held; None if nothing.
+        A draft whose own last moments are silent is `settled`: probably the whole question."""
+        text = (await asyncio.to_thread(self.transcribe, audio)).text
+        if not text:
+            return None
+        return Draft(text, len(audio), await asyncio.to_thread(self._silent_from, audio, len(audio)))
+
+    def _silent_from(self, audio: bytes, position: int) -> bool:
+        """Whether the audio from `DRAFT_END_CHECK` before `position` on holds no speech."""
+        return not self.stt.has_speech(audio[max(0, position - DRAFT_END_CHECK * BYTES_PER_MS):], RATE)
 
     def from_draft(self, audio: bytes, draft: Draft | None) -> Transcript | None:
         """The draft as the transcript, if the audio after it and its own last moments are silent."""
         if draft is None or not draft.text or draft.covered > len(audio):
             return None
         started = time.perf_counter()
-        if self.stt.has_speech(audio[max(0, draft.covered - DRAFT_END_CHECK * BYTES_PER_MS):], RATE):
+        if not self._silent_from(audio, draft.covered):
             return None  # speech after the draft, or the draft ended mid-word
         return Transcript(draft.text, time.perf_counter() - started, len(audio) / (1000 * BYTES_PER_MS))

@@ -32,6 +32,7 @@ from voice.store.sessions import SessionStore, new_id
 from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
 from voice.turns.figures import TurnFigures, ms
 from voice.turns.model_queue import ModelQueue, in_worker
+from voice.turns.preemption import Preemptions
 from voice.turns.prompt import TurnPrompt
 from voice.turns.tools import Offer, offer
 from voice.turns.upkeep import Upkeep
@@ -64,6 +65,7 @@ class TurnEngine:
         self.prompt = TurnPrompt(llm, store, context, reply_tokens)
         self.queue = ModelQueue(max_inflight)
         self.upkeep = Upkeep(llm, self.prompt, self.queue, self._offer([]))
+        self.preemptions = Preemptions(llm, self.prompt, research, self.queue)
         self._waiting = 0
         self.recent: list[TurnFigures] = []  # the last turns' figures, newest last (GET /v1/figures)
 
@@ -91,6 +93,17 @@ class TurnEngine:
             self._waiting -= 1
         return transcript, time.perf_counter() - started
 
+    def preempt(self, request: TurnRequest, question: str) -> None:
+        """Guess that `question` (a draft made while the key is held) is the session's next one:
+        research it and evaluate its prompt ahead (voice.turns.preemption)."""
+        self.preemptions.start(request.session_id, question, request.spoken, request.instructions,
+                               self._offer(request.offered_tools()))
+
+    async def idle(self) -> None:
+        """Wait for background work to end: guesses being prefilled, then upkeep (tests and shutdown)."""
+        await self.preemptions.idle()
+        await self.upkeep.idle()
+
     def _offer(self, client: list[dict]) -> Offer:
         return offer(self.research.policy == "model", client, self.llm.knows_tools)
 
@@ -109,10 +122,15 @@ class TurnEngine:
         stored_reply = None
         try:
             research_started = time.perf_counter()
-            exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
-                                               request.session_id) if question else []
+            exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures) \
+                if question else []
+            if exchange is None:
+                exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
+                                                   request.session_id)
             if exchange:
                 yield Researched(await row.insert_before(exchange))
+                figures.research_tokens = await asyncio.to_thread(
+                    lambda: sum(self.llm.count_message(m) for m in exchange))
             figures.research_ms = ms(time.perf_counter() - research_started)
 
             async for event in self._generate(request, row, question):

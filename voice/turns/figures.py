@@ -36,6 +36,11 @@ class TurnFigures:
     # the turn engine
     queue_ms: int | None = None  # waiting for the model
     research_ms: int | None = None
+    research_tokens: int | None = None  # the research exchange the prompt holds for this question
+    # a prefill made while the key was held (voice.turns.preemption): whether this turn's question
+    # was the one it guessed, and the tokens it evaluated before the commit
+    preempted: bool | None = None
+    preempted_tokens: int | None = None
     fit_ms: int | None = None
     summarized_ms: int | None = None  # summarizing exchanges the fit had to remove, inside the turn
     prompt_tokens_fitted: int | None = None

@@ -49,22 +49,34 @@ class TurnPrompt:
         or evidence is over the budget has it condensed by section analysis; a spoken one is cut
         instead, since its evidence was already sized for speech and the listener should not wait
         for worker generations. The removals are kept for the next turn."""
-        def fitted() -> FitResult:
-            transcript = self.store.transcript(session_id)
-            if instructions is not None:
-                transcript[0] = {"role": "system", "content": instructions}
-            removed, summary = self.store.fit_state(session_id)
-            return self.fit(transcript, removed, summary, offer, budget,
-                            condense_with=None if spoken else self._section_notes)
-
-        result, summarized_s = fitted(), 0.0
+        condense_with = None if spoken else self._section_notes
+        result, summarized_s = self._fit_session(session_id, instructions, offer, budget, condense_with), 0.0
         if result.dropped:
             started = time.perf_counter()
             if self.summarize(session_id, result.history_end):
-                result = fitted()
+                result = self._fit_session(session_id, instructions, offer, budget, condense_with)
             summarized_s = time.perf_counter() - started
         self.store.save_removed(session_id, result.removed)
         return result, summarized_s
+
+    def before_commit(self, session_id: str, instructions: str | None, offer: Offer,
+                      question: list[dict]) -> FitResult | None:
+        """The prompt a spoken turn will have if its question (and research) are `question`, not
+        yet stored: fitted as `for_turn` will fit it, and nothing saved. None if that turn will
+        have to summarize first (it will fit again after) or cannot fit at all."""
+        try:
+            result = self._fit_session(session_id, instructions, offer, self.budget, None, question)
+        except FitError:
+            return None
+        return None if result.dropped else result
+
+    def _fit_session(self, session_id: str, instructions: str | None, offer: Offer, budget: int,
+                     condense_with, unstored: list[dict] = ()) -> FitResult:
+        transcript = self.store.transcript(session_id) + list(unstored)
+        if instructions is not None:
+            transcript[0] = {"role": "system", "content": instructions}
+        removed, summary = self.store.fit_state(session_id)
+        return self.fit(transcript, removed, summary, offer, budget, condense_with=condense_with)
 
     def before_next_question(self, session_id: str | None, instructions: str, offer: Offer) -> FitResult:
         """What the next turn's prompt will start with, fitted as that turn will fit it: a new
