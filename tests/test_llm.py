@@ -253,3 +253,17 @@ def test_prefill_evaluates_the_start_of_the_next_prompt_and_stops_when_told(llm)
     reply = llm.stream(question, max_tokens=4, temperature=0)
     reply.text()
     assert reply.stats.cached_tokens >= llm.count([system]) - llm.prompt_overhead - 2
+
+
+def test_discard_removes_what_follows_a_prompt_only_while_the_cache_holds_it(llm):
+    system = {"role": "system", "content": "You are Quillon, who keeps lighthouse logs. Answer in one line."}
+    guessed = [system, {"role": "user", "content": "When does the lamp get lit tonight?"}]
+    llm.prefill(guessed)
+    before = llm._llm.n_tokens
+    llm.discard([system])
+    kept = llm._llm.n_tokens
+    assert kept < before and llm.prefill([system]) == 0  # the system prompt stays cached, the guess went
+    assert llm.prefill(guessed) == before - kept  # the guessed question is evaluated again
+    other = {"role": "system", "content": "You are Marra, a harbour pilot."}
+    llm.discard([other])  # the cache holds another prompt: left as it is
+    assert llm._llm.n_tokens == before

@@ -357,3 +357,67 @@ def test_audio_streamed_while_the_key_is_held_is_transcribed_before_release(serv
     assert reply.figures["stt_draft"] is True  # a draft made while the key was held was the transcript
     assert done(events)["metadata"]["stt_draft"] == "true"
     client.close()
+
+
+def hold_key(client: Client, clip: bytes) -> None:
+    """Send a clip as a held key does: 100 ms chunks, in real time."""
+    import time
+
+    for start in range(0, len(clip), 4800):
+        client.append_audio(clip[start:start + 4800])
+        time.sleep(0.1)
+
+
+def ferry_notes(tmp_path) -> None:
+    from voice.knowledge.base import KnowledgeBase
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ferries.md").write_text("# Ferries of Galway\n\nThe ferry to Aran leaves from Rossaveal pier at ten. "
+                                     "The harbour master is Orla Keane. Tickets cost twelve euro.")
+    KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(docs)
+
+
+def test_a_question_that_settled_while_the_key_was_held_is_researched_and_prefilled_before_release(
+        make_server, tmp_path, speech):
+    ferry_notes(tmp_path)
+    server = make_server()
+    client = Client(server.url())
+    question = "Who is the harbour master?"
+    hold_key(client, speech(question) + bytes(48 * 2500))  # the key is let go 2.5 s after the last word
+    assert server.service.store.transcript(client.session_id)[1:] == []  # a guess is neither stored nor said
+    assert not [e for e in client.events if e["type"].startswith(("conversation.", "response."))]
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
+    assert done(client.until("response.done"))["status"] in ANSWERED
+    figures = server.service.store.messages(client.session_id)[-1].figures
+    assert figures["preempted"] is True and figures["preempted_tokens"] > 0
+    # At release only the reply's opening was left: the question and its research were in the cache.
+    assert figures["evaluated_tokens"] < 8 < figures["research_tokens"]
+    stored = [m["role"] for m in server.service.store.transcript(client.session_id)]
+    assert stored == ["system", "user", "assistant", "tool", "assistant"]  # the research, stored once
+    client.close()
+
+
+def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answered(make_server, tmp_path, speech, llm):
+    ferry_notes(tmp_path)
+    server = make_server()
+    client = Client(server.url())
+    guessed = "Who is the harbour master?"
+    hold_key(client, speech(guessed) + bytes(48 * 2500))
+    guess = server.service.engine.preemptions.guesses[client.session_id]
+    assert "master" in words(guess.question) and guess.evaluated > 0
+    client.append_audio(speech("And how much do tickets cost?"))  # the user went on: sent at once, no draft
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
+    events = client.until("response.done")
+    figures = server.service.store.messages(client.session_id)[-1].figures
+    assert figures["preempted"] is False and done(events)["status"] in ANSWERED
+    heard = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert "tickets" in words(heard["transcript"])
+    # The guess's cells were gone before the turn: it read nothing of the guessed question's research.
+    history = llm.count([{"role": "system", "content": server.service.store.transcript(client.session_id)[0]["content"]}])
+    assert figures["cached_tokens"] <= history + 16
+    questions = [m["content"] for m in server.service.store.transcript(client.session_id) if m["role"] == "user"]
+    assert questions == [heard["transcript"]]
+    client.close()

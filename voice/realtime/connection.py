@@ -197,7 +197,7 @@ class Connection:
         try:
             if self.inbox.empty():
                 with engine.preemptions.drafting():
-                    draft = await self.transcription.draft(effect.audio)
+                    draft = await self.transcription.draft(effect.audio, effect.earlier)
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
         finally:

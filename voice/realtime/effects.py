@@ -76,9 +76,11 @@ class Preempt:
 @dataclass(frozen=True)
 class TranscribeDraft:
     """Push-to-talk, key still held: transcribe the buffer so far in the background, and report it
-    with `drafted(generation, draft)`."""
+    with `drafted(generation, draft)`. A settled `earlier` draft followed only by silence is the
+    draft again, without whisper."""
     audio: bytes
     generation: int
+    earlier: Draft | None = None
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ class RealtimeProtocol:
         if self.drafting is None and held <= DRAFT_MAX_BYTES and held - (
                 self.draft.covered if self.draft else 0) >= DRAFT_STEP_BYTES:
             self.drafting, self.drafting_covered = self.generation, held
-            return [TranscribeDraft(bytes(self.audio.data), self.generation)]
+            return [TranscribeDraft(bytes(self.audio.data), self.generation, self.draft)]
         return []
 
     def _on_input_audio_buffer_commit(self, event) -> list[Effect]:

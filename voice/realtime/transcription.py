@@ -54,9 +54,13 @@ class Transcription:
         stt_s = time.perf_counter() - committed_at if used_draft else transcript.seconds
         return TurnFigures(started=committed_at, stt_draft=used_draft, stt_ms=ms(stt_s))
 
-    async def draft(self, audio: bytes) -> Draft | None:
+    async def draft(self, audio: bytes, earlier: Draft | None = None) -> Draft | None:
         """What whisper hears in the audio so far, while the key is still held; None if nothing.
-        A draft whose own last moments are silent is `settled`: probably the whole question."""
+        A draft whose own last moments are silent is `settled`: probably the whole question. After
+        a settled `earlier` draft, silence is only checked for, leaving the CPU to the prefill."""
+        if earlier is not None and earlier.settled and await asyncio.to_thread(self._silent_from, audio,
+                                                                                earlier.covered):
+            return Draft(earlier.text, len(audio), True)
         text = (await asyncio.to_thread(self.transcribe, audio)).text
         if not text:
             return None
