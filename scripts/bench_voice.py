@@ -12,8 +12,13 @@ with the same knowledge base (the same passages Parlour finds, uncut), the reply
 same model with llama.cpp's prefix cache, its first piece spoken by Piper at once (Parlour's
 splitter), and the oldest message dropped when the context is full.
 
-The floor of a turn is its parts measured alone: whisper on the clip, prefill of that turn's new
-tokens at that turn's depth, decode of its first sentence, and Piper's first chunk of it.
+The floor of a turn is the work left after release, its parts measured alone: whisper on the clip
+(none if a draft made while the key was held was the transcript), prefill of the tokens that turn
+evaluated at release at its depth, decode of its first sentence, and Piper's first chunk of it.
+The old floor, printed beside it, is what it was before prefill while the key is held: whisper on
+the clip and prefill of everything the turn added (question, research), as if nothing were done
+ahead. Per turn it prints the research's tokens, the tokens evaluated before release (p: the
+guess was the question, x: it was not, -: no guess) and the tokens evaluated at release.
 
 Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
 whole passages, so the spoken session starts 3,700 tokens deep and reaches the end of an 8,192-token
@@ -88,7 +93,7 @@ def first_sentence(text: str) -> str:
     return (sentences.feed(text) or [sentences.flush()])[0] or "Hello."
 
 
-def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
+def parlour_turn(client: Client, clip: bytes, max_tokens: int, store) -> dict:
     """One push-to-talk turn, the audio sent as a held key sends it (100 ms chunks, in real time);
     first audio as the client sees it, from the release (the commit)."""
     for start in range(0, len(clip), 4800):
@@ -115,13 +120,14 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int) -> dict:
         elif event["type"] == "response.done":
             response = event["response"]
             break
-    usage, metadata = response.get("usage") or {}, response.get("metadata") or {}
-    return {"first_audio": first_audio or float("nan"), "prompt": usage.get("input_tokens", 0),
-            "gaps": gaps, "research_fit": int(metadata.get("research_ms", 0)) + int(metadata.get("fit_ms", 0)),
-            "stt": int(metadata.get("stt_ms", 0)), "draft": metadata.get("stt_draft") == "true", "heard": heard,
-            "cached": usage.get("input_token_details", {}).get("cached_tokens", 0),
-            "new": int(metadata.get("evaluated_tokens", 0)), "first_sentence": first_sentence(transcript),
-            "status": response["status"]}
+    figures = store.messages(client.session_id)[-1].figures  # the turn's stored record: every figure
+    return {"first_audio": first_audio or float("nan"), "prompt": figures.get("prompt_tokens", 0),
+            "gaps": gaps, "research_fit": figures.get("research_ms", 0) + figures.get("fit_ms", 0),
+            "stt": figures.get("stt_ms", 0), "draft": bool(figures.get("stt_draft")), "heard": heard,
+            "cached": figures.get("cached_tokens", 0), "new": figures.get("evaluated_tokens", 0),
+            "research": figures.get("research_tokens", 0), "preempted": figures.get("preempted"),
+            "ahead": figures.get("preempted_tokens", 0) if figures.get("preempted") else 0,
+            "first_sentence": first_sentence(transcript), "status": response["status"]}
 
 
 class PlainLoop:
@@ -187,16 +193,23 @@ class Floor:
             llm.n_tokens = depth + new  # the next turn goes on from the filler, not from these steps
         return (prefilled - started) * 1000, (decoded_at - prefilled) * 1000
 
-    def measure(self, clip: bytes, depth: int, new: int, sentence: str) -> dict:
+    def measure(self, clip: bytes, depth: int, new: int, ahead: int, draft: bool, sentence: str) -> dict:
+        """The turn's floor as work after release: whisper unless a draft made while the key was
+        held was the transcript, prefill of the `new` tokens left at release, decode and Piper. The
+        old floor counts whisper and, with the `ahead` tokens evaluated before release, the prefill
+        of everything the turn added, as if nothing were done while the key was held."""
         started = time.perf_counter()
         heard = self.stt.transcribe(clip, RATE).text
         stt_ms = (time.perf_counter() - started) * 1000
-        prefill, decode = self.model_ms(depth, new, len(self.llm._tokenize(sentence)) or 1)
+        decoded = len(self.llm._tokenize(sentence)) or 1
+        old_prefill, decode = self.model_ms(depth - ahead, new + ahead, decoded)
+        prefill = self.model_ms(depth, new, decoded)[0] if ahead else old_prefill
         started = time.perf_counter()
         next(iter(self.tts.synthesize(sentence)))
         tts_ms = (time.perf_counter() - started) * 1000
-        return {"stt": stt_ms, "prefill": prefill, "decode": decode, "tts": tts_ms, "heard": heard,
-                "total": stt_ms + prefill + decode + tts_ms}
+        return {"stt": 0.0 if draft else stt_ms, "prefill": prefill, "decode": decode, "tts": tts_ms, "heard": heard,
+                "total": (0.0 if draft else stt_ms) + prefill + decode + tts_ms,
+                "old": stt_ms + old_prefill + decode + tts_ms}
 
 
 def main() -> None:
@@ -246,32 +259,38 @@ def main() -> None:
           f"(spoken evidence up to {args.research_tokens} tokens); ms")
     if depth:
         print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
-    print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
-          f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} | {'x floor':>7}")
+    print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'rsrch':>5} "
+          f"{'ahead':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
+          f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} {'old':>6} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
         # The key is let go half a second after the last word.
         clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(BYTES_PER_MS * RELEASE_MS)
-        ours = parlour_turn(client, clip, args.reply_tokens)
+        ours = parlour_turn(client, clip, args.reply_tokens, server.service.store)
         # Background work is waited for, so each turn is measured alone: after a KV shift that is
         # the exact refresh, about 2 minutes of a full context on the default model.
         server.idle(timeout=900)
         theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0, "heard": ""} if args.no_peer else \
             peer.turn(clip)
-        base = floor.measure(clip, ours["cached"], ours["new"], ours["first_sentence"])
+        base = floor.measure(clip, ours["cached"], ours["new"], ours["ahead"], ours["draft"], ours["first_sentence"])
         rows.append((ours, theirs, base))
         stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
-        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['gaps']:>5.0f} {stt:>5} {ours['research_fit']:>4} {ours['prompt']:>6} {ours['cached']:>6} {ours['new']:>5} | "
+        # Tokens evaluated before release: p, the guess was the question; x, it was not; -, no guess.
+        mark = {True: "p", False: "x", None: "-"}[ours["preempted"]]
+        ahead = f"{ours['ahead']}{mark}"
+        print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['gaps']:>5.0f} {stt:>5} {ours['research_fit']:>4} "
+              f"{ours['prompt']:>6} {ours['cached']:>6} {ours['research']:>5} {ahead:>6} {ours['new']:>5} | "
               f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
-              f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} | "
+              f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} {base['old']:>6.0f} | "
               f"{ours['first_audio'] / base['total']:>7.2f}", flush=True)
 
     ours = [o["first_audio"] for o, _, _ in rows]
     theirs = [t["first_audio"] for _, t, _ in rows]
     floors = [b["total"] for _, _, b in rows]
     median = statistics.median(ours)
-    print(f" med {median:>8.0f} {statistics.median(o['gaps'] for o, _, _ in rows):>5.0f} {'':>31} | {statistics.median(theirs):>7.0f} {'':>13} | "
-          f"{statistics.median(floors):>6.0f}")
+    print(f" med {median:>8.0f} {statistics.median(o['gaps'] for o, _, _ in rows):>5.0f} {'':>44} | "
+          f"{statistics.median(theirs):>7.0f} {'':>13} | {statistics.median(floors):>6.0f} {'':>20} "
+          f"{statistics.median(b['old'] for _, _, b in rows):>6.0f}")
     summary = {
         "median_first_audio_ms": round(median),
         "peer_median_first_audio_ms": round(statistics.median(theirs)) if not args.no_peer else None,
@@ -282,6 +301,12 @@ def main() -> None:
         "turns_with_gaps": sum(o["gaps"] > 0 for o, _, _ in rows),
         "turns": len(rows),
         "transcripts_from_drafts": sum(o["draft"] for o, _, _ in rows),
+        # How often a question guessed while the key was held was the one asked, of the guesses made.
+        "guesses_held": sum(o["preempted"] is True for o, _, _ in rows),
+        "guesses_wrong": sum(o["preempted"] is False for o, _, _ in rows),
+        "median_research_tokens": statistics.median(o["research"] for o, _, _ in rows),
+        "median_tokens_at_release": statistics.median(o["new"] for o, _, _ in rows),
+        "median_old_floor_ms": round(statistics.median(b["old"] for _, _, b in rows)),
         # Word error rate of what was heard at the commit: Parlour (drafts included) and the peer
         # (whisper on the whole clip at the commit), against the questions as written.
         "wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))], [o["heard"] for o, _, _ in rows]), 3),

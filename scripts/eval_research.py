@@ -12,7 +12,7 @@ does. The questions are asked twice, each time in one session, so that history g
 It prints, per question, what was heard, the reply and right or wrong, then the totals, the
 domain-word error rate (domain words said that the transcript lacks) and the median first audio.
 
-Run: .venv/bin/python scripts/eval_research.py [--profile qwen2.5-coder-0.5b] [--only spoken|typed]
+Run: .venv/bin/python scripts/eval_research.py [--profile qwen2.5-coder-0.5b] [--only spoken|typed] [--research-tokens 250]
 It prints figures; it asserts nothing.
 """
 
@@ -110,11 +110,13 @@ def main() -> None:
     parser.add_argument("--profile", default="", help="language model profile (default: the default profile)")
     parser.add_argument("--only", choices=("spoken", "typed"), help="one of the two sessions")
     parser.add_argument("--reply-tokens", type=int, default=96)
+    parser.add_argument("--research-tokens", type=int, default=Config.voice_research_tokens,
+                        help="voice_research_tokens: the bound on a spoken turn's evidence")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-eval-"))
     config = Config(data_dir=str(work / "data"), llm_model=args.profile, reply_tokens=args.reply_tokens,
-                    temperature=0.0)
+                    temperature=0.0, voice_research_tokens=args.research_tokens)
     docs = work / "docs"  # as text files: the license texts have no suffix `parlour index` reads
     docs.mkdir()
     for path in sorted(DOCS.iterdir()):
@@ -137,7 +139,7 @@ def main() -> None:
         for n, question in enumerate(QUESTIONS, 1):
             if mode == "spoken":
                 clip = b"".join(tts.synthesize(question.text)) + bytes(BYTES_PER_MS * RELEASE_MS)
-                turn = parlour_turn(client, clip, args.reply_tokens)
+                turn = parlour_turn(client, clip, args.reply_tokens, server.service.store)
                 heard, first_audio = turn["heard"], turn["first_audio"]
                 reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
                 server.idle(timeout=900)  # each spoken turn is timed alone, after the background work

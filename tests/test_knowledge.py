@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -183,3 +184,24 @@ def test_a_text_that_several_documents_share_is_one_result(tmp_path):
     knowledge.index(docs)
     found = knowledge.search("What is a Cover Text?", 2)
     assert len(found) == 2 and len({r.text for r in found}) == 2
+
+
+def test_the_model_reads_an_auto_search_without_its_query_and_its_own_searches_with_theirs(llm):
+    from models.tool_calls import new_call
+    from voice.knowledge.research import compact_calls
+
+    asked = new_call("search", {"query": "When does the ferry leave?"})
+    own = new_call("search", {"query": "ferry timetable"})
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "When does the ferry leave?"},
+                {"role": "assistant", "content": None, "tool_calls": [asked]},
+                {"role": "tool", "tool_call_id": asked["id"], "content": "At ten."},
+                {"role": "assistant", "content": "At ten."},
+                {"role": "user", "content": "And on Sundays?"},
+                {"role": "assistant", "content": None, "tool_calls": [own]},
+                {"role": "tool", "tool_call_id": own["id"], "content": "At noon."}]
+    compacted = compact_calls(messages)
+    assert compacted[2]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert compacted[2]["tool_calls"][0]["id"] == asked["id"] and compacted[6] == messages[6]
+    assert json.loads(messages[2]["tool_calls"][0]["function"]["arguments"]) == {"query": "When does the ferry leave?"}
+    assert llm.count(compacted) <= llm.count(messages) - 6  # the question is not read twice

@@ -12,6 +12,9 @@ the knowledge base's passages.
   answers again with the results.
 - `off`: no research.
 
+The model reads an `auto` search without its query (`compact_calls`): the query is the question
+just before it.
+
 A spoken answer is two or three sentences, and every token of evidence is prefill the listener
 waits for: a spoken turn's results are cut to the sentences that bear on the question
 (`spoken_evidence`), under `spoken_tokens`, before they are stored. Text turns keep the passages,
@@ -112,6 +115,31 @@ class Research:
             return []
         return self.run([new_call("search", {"query": question})], found_only=self.knowledge is None,
                         spoken_question=question if spoken else None, session_id=session_id)
+
+
+def compact_calls(messages: list[dict]) -> list[dict]:
+    """The messages as the model reads them: a search the `auto` policy ran with the question right
+    before it as its query shows no query (it is that question, 11 tokens for a bench question of
+    the 31 its call took). Stored exchanges keep their query; a message renders the same in every
+    prompt, so the prompt's prefix stays stable from turn to turn."""
+    compacted, question = [], None
+    for message in messages:
+        calls = message.get("tool_calls") or []
+        if message["role"] == "user":
+            question = without_clock(message.get("content") or "")
+        elif question is not None and len(calls) == 1 and calls[0]["function"]["name"] == "search" and \
+                _query(calls[0]) == question:
+            call = {**calls[0], "function": {"name": "search", "arguments": "{}"}}
+            message = {**message, "tool_calls": [call]}
+        compacted.append(message)
+    return compacted
+
+
+def _query(call: dict) -> str | None:
+    try:
+        return json.loads(call["function"]["arguments"]).get("query")
+    except (ValueError, AttributeError):
+        return None
 
 
 # A text turn's passages are followed by their sentences that bear most on the question, this many

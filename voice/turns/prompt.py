@@ -15,6 +15,7 @@ import time
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize, summary_room, words_within
 from models.model import Model
+from voice.knowledge.research import compact_calls
 from voice.store.sessions import SessionStore
 from voice.turns.tools import Offer
 
@@ -91,8 +92,10 @@ class TurnPrompt:
 
     def fit(self, transcript: list[dict], removed: list[int], summary: Summary | None, offer: Offer,
             budget: int, condense_with=None) -> FitResult:
-        """Fit a transcript as a turn does: tools described in the system prompt or declared
-        (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
+        """Fit a transcript as a turn does: `auto` searches without their query (the question before
+        them, voice.knowledge.research.compact_calls), tools described in the system prompt or
+        declared (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
+        transcript = compact_calls(transcript)
         if offer.instructions:
             transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{offer.instructions}"}
         room = budget - self.llm.tools_tokens(offer.native)
