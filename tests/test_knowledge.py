@@ -205,3 +205,31 @@ def test_the_model_reads_an_auto_search_without_its_query_and_its_own_searches_w
     assert compacted[2]["tool_calls"][0]["id"] == asked["id"] and compacted[6] == messages[6]
     assert json.loads(messages[2]["tool_calls"][0]["function"]["arguments"]) == {"query": "When does the ferry leave?"}
     assert llm.count(compacted) <= llm.count(messages) - 6  # the question is not read twice
+
+
+def test_a_question_the_knowledge_base_has_nothing_for_is_not_researched(tmp_path):
+    from voice.knowledge.research import Research
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for path in sorted(Path("/usr/share/common-licenses").iterdir()):
+        if path.is_file():
+            (docs / f"{path.name}.txt").write_text(path.read_text(errors="replace"))
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(docs)
+    research = Research("auto", knowledge)
+    for question in ("What does Creative Commons Zero do with copyright?", "What does the BSD license require in "
+                     "binary form?", "What does the Apache license say about patents?"):
+        assert knowledge.bears_on(question), question
+        assert research.for_question(question)[0]["tool_calls"], question
+    for question in ("What did I ask you first?", "Summarize what we discussed.", "Who wrote Hamlet?",
+                     "Tell me a joke."):
+        assert not knowledge.bears_on(question), question
+        assert research.for_question(question) == [], question
+    # One passage has no word weights: whatever it matches, it bears on.
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ferries.md").write_text("The harbour master is Orla Keane.")
+    small = KnowledgeBase(tmp_path / "small.sqlite3")
+    small.index(notes)
+    assert small.bears_on("Who is the harbour master?") and not small.bears_on("Tell me a joke.")

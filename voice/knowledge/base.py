@@ -11,6 +11,7 @@ the decision record's 4,000 a result; a question that names documents is answere
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import sqlite3
 import threading
@@ -25,6 +26,12 @@ CHUNK_CHARS = 2_000
 RELEVANCE = 0.5  # a result is kept when its score is at least half the best one's
 ADDRESS = re.compile(r"\S+://\S+|www\.\S+|\S+@\S+|<[^>\s]+>")  # URLs and mail: gnu.org is no lower-case gnu
 VOCABULARY_WORDS = 40  # names given to whisper: its prompt holds about 220 tokens, half for these
+# A question that names no document bears on the knowledge base when its best passage scores at
+# least this many times the weight (BM25's IDF) of a word found in one passage alone. By measurement
+# on the license texts (178 passages): questions about the conversation or the world ("What did I
+# ask you first?", "Summarize what we discussed.", "Who wrote Hamlet?") scored at most 1.14, research
+# questions that name no license ("What does Creative Commons Zero do with copyright?") 2.35 and up.
+BEARS_ON = 1.5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime REAL, sha256 TEXT);
@@ -316,6 +323,23 @@ class KnowledgeBase:
         pattern = re.compile(rf"\bversion {re.escape(asked.group(1))}(?!\d|\.[1-9])", re.IGNORECASE)
         stated = {path for path in paths if (opening := self._opening(path)) and pattern.search(opening.text[:500])}
         return stated or paths
+
+    def bears_on(self, question: str) -> bool:
+        """Whether the knowledge base has something for `question`: it names a document, or its best
+        passage matches well (`BEARS_ON`). A question it has nothing for is answered without research."""
+        match = fts_query(question)
+        if not match:
+            return False
+        if self.named_documents(question):
+            return True
+        rows = self._ranked(match, 1, None)
+        if not rows:
+            return False
+        with self._lock:
+            passages = self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        # FTS5's IDF of a word in one passage of N; a collection of one or two passages has none.
+        one_passage = max(0.0, math.log((passages - 0.5) / 1.5))
+        return -rows[0][3] >= BEARS_ON * one_passage
 
     def search(self, query: str, limit: int = 3) -> list[SearchResult]:
         """The best passages for `query` by BM25, from the documents it names if it names any

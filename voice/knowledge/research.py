@@ -3,9 +3,10 @@ tool exchange.
 
 The `search` tool looks in both: what the user said in their other sessions (voice.knowledge.recall), then
 the knowledge base's passages.
-- `auto`: every question is searched; the turn stores an assistant message with a `search` tool
-  call and the tool result answering it. Without a knowledge base, only a question that recalls
-  something gets the exchange.
+- `auto`: every question the knowledge base bears on (it names a document, or a passage matches it
+  well: `KnowledgeBase.bears_on`) is searched; the turn stores an assistant message with a `search`
+  tool call and the tool result answering it. Other questions get the exchange only if they recall
+  something from the user's other sessions.
 - `model`: the model is told about the `search` tool and decides: templates that know tools get it
   declared natively, others get it described in the system prompt (voice.turns.tools). A reply that is a tool
   call is parsed (`models.tool_calls`: every shape small models write), run, stored, and the model
@@ -74,13 +75,13 @@ class Research:
         self.count = count or estimate_text
 
     def run(self, calls: list[dict], found_only: bool = False, spoken_question: str | None = None,
-            session_id: str | None = None) -> list[dict]:
+            session_id: str | None = None, knowledge: bool = True) -> list[dict]:
         """The assistant message holding `calls` and the tool results answering each. With
         `found_only`, calls that found nothing (or name a tool that does not exist) are left out,
         and [] means none found anything. For a spoken turn, `spoken_question` is the question the
         results are cut down to. `session_id` is the session asking: its owner's other sessions
-        are searched."""
-        answers = [(call, self._answer(call, spoken_question, session_id)) for call in calls]
+        are searched, and the knowledge base unless `knowledge` is false."""
+        answers = [(call, self._answer(call, spoken_question, session_id, knowledge)) for call in calls]
         if found_only:
             answers = [(call, answer) for call, answer in answers if answer is not None]
             if not answers:
@@ -90,7 +91,8 @@ class Research:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": answer or NO_RESULTS})
         return messages
 
-    def _answer(self, call: dict, spoken_question: str | None, session_id: str | None) -> str | None:
+    def _answer(self, call: dict, spoken_question: str | None, session_id: str | None,
+                knowledge: bool = True) -> str | None:
         """The search results as the model reads them, what the user said elsewhere first; None when
         there are none, or when the call names a tool that does not exist or has no query (small
         models invent tools such as `add`)."""
@@ -99,7 +101,7 @@ class Research:
             return None
         found = recalled(self.store, session_id, query) if self.store is not None and session_id else []
         passages = self.results if spoken_question is None else self.spoken_results
-        found += self.knowledge.search(query, passages) if self.knowledge else []
+        found += self.knowledge.search(query, passages) if self.knowledge and knowledge else []
         if not found:
             return None
         if spoken_question is not None:
@@ -107,14 +109,15 @@ class Research:
         return format_results(found, key_sentences(query, found, KEY_SENTENCE_TOKENS, self.count))
 
     def for_question(self, question: str, spoken: bool = False, session_id: str | None = None) -> list[dict]:
-        """The `auto` policy's tool exchange for a question ([] under other policies). Without a
-        knowledge base, a question that recalls nothing gets no exchange: it is answered as if
-        research were off."""
+        """The `auto` policy's tool exchange for a question ([] under other policies). A question
+        the knowledge base has nothing for (`KnowledgeBase.bears_on`; or there is none) and that
+        recalls nothing gets no exchange: it is answered as if research were off, at its speed."""
         question = without_clock(question)  # Home Assistant's time of day is not what was asked
         if self.policy != "auto" or not question.strip():
             return []
-        return self.run([new_call("search", {"query": question})], found_only=self.knowledge is None,
-                        spoken_question=question if spoken else None, session_id=session_id)
+        bears = self.knowledge is not None and self.knowledge.bears_on(question)
+        return self.run([new_call("search", {"query": question})], found_only=not bears,
+                        spoken_question=question if spoken else None, session_id=session_id, knowledge=bears)
 
 
 def compact_calls(messages: list[dict]) -> list[dict]:
