@@ -25,6 +25,7 @@ whole passages, so the spoken session starts 3,700 tokens deep and reaches the e
 context, where history must make room.
 
 Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--typed 3] [--profile qwen2.5-coder-0.5b] [--research off]
+     [--release-ms 500]
 It prints figures and the goals beside them; it asserts nothing.
 """
 
@@ -80,7 +81,7 @@ TYPED = [
     "What does the GNU Lesser General Public License allow?",
 ]
 
-RELEASE_MS = 500
+RELEASE_MS = 500  # the key is let go this long after the last word
 
 
 def wer(said: list[str], heard: list[str]) -> float:
@@ -225,6 +226,8 @@ def main() -> None:
     parser.add_argument("--typed", type=int, default=3, choices=range(len(TYPED) + 1),
                         help="typed research questions before the spoken ones (whole passages)")
     parser.add_argument("--no-peer", action="store_true", help="Parlour and the floor only")
+    parser.add_argument("--release-ms", type=int, default=RELEASE_MS,
+                        help="how long after the last word the key is let go")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-bench-"))
@@ -256,7 +259,8 @@ def main() -> None:
         if not args.no_peer:
             peer.typed(question)
     print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research} "
-          f"(spoken evidence up to {args.research_tokens} tokens); ms")
+          f"(spoken evidence up to {args.research_tokens} tokens), key let go {args.release_ms} ms after the "
+          "last word; ms")
     if depth:
         print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
     print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'rsrch':>5} "
@@ -264,8 +268,7 @@ def main() -> None:
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} {'old':>6} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
-        # The key is let go half a second after the last word.
-        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(BYTES_PER_MS * RELEASE_MS)
+        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(BYTES_PER_MS * args.release_ms)
         ours = parlour_turn(client, clip, args.reply_tokens, server.service.store)
         # Background work is waited for, so each turn is measured alone: after a KV shift that is
         # the exact refresh, about 2 minutes of a full context on the default model.
