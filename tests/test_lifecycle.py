@@ -291,6 +291,9 @@ def test_a_settled_draft_of_the_held_key_is_prefilled_ahead_and_an_unsettled_one
     (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     (effect,) = protocol.drafted(again.generation, Draft("What is the time?", len(again.audio), settled=True))
     assert effect == Preempt("What is the time?", True, protocol.tools, "auto")
+    (silence,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
+    assert silence.earlier == Draft("What is the time?", len(again.audio), settled=True)  # checked for speech only
+    protocol.drafted(silence.generation, None)
     protocol.modalities = ["text"]
     (later,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     (effect,) = protocol.drafted(later.generation, Draft("What is the time now?", len(later.audio), settled=True))

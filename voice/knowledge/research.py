@@ -122,8 +122,8 @@ class Research:
 
 def compact_calls(messages: list[dict]) -> list[dict]:
     """The messages as the model reads them: a search the `auto` policy ran with the question right
-    before it as its query shows no query (it is that question, 11 tokens for a bench question of
-    the 31 its call took). Stored exchanges keep their query; a message renders the same in every
+    before it as its query shows no query (it is that question: 19 tokens for the call instead of
+    31 to 33 for the bench's questions). Stored exchanges keep their query; a message renders the same in every
     prompt, so the prompt's prefix stays stable from turn to turn."""
     compacted, question = [], None
     for message in messages:
