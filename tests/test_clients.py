@@ -89,7 +89,9 @@ def test_the_page_in_a_real_browser(server, tts, tmp_path):
         browser.wait_for("window.parlour && window.parlour.phase === 'idle'", 60)
         browser.hold("#talk", seconds - 0.1)
         transcript = browser.wait_for("window.parlour.lastTranscript", 120)
-        assert "lighthouse keeper" in words(transcript)
+        # The page's captured audio starts wherever Chromium's looping fake microphone is, so whisper
+        # sometimes hears "lighthouse" as another word ("Lycos"): the page, not whisper, is tested here.
+        assert {"story", "keeper"} <= set(words(transcript).split()), transcript
         browser.wait_for("window.parlour.playedMs > 800", 120)  # the reply is playing
         first_reply = browser.evaluate("window.parlour.lastReply")
         assert first_reply
@@ -108,6 +110,7 @@ def test_the_page_in_a_real_browser(server, tts, tmp_path):
         browser.close()
     stored = server.service.store.messages(session_id)
     assert [m.message["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert stored[0].message["content"] == transcript  # the page showed what the server heard
     interrupted = stored[1]
     assert interrupted.status == "interrupted"
     spoken = " ".join(sentence for sentence, _, _ in interrupted.figures["timeline"])
