@@ -66,9 +66,10 @@ class Config:
                               default_factory=lambda: platformdirs.user_data_dir("parlour"))
     instructions: str = described(DEFAULT_INSTRUCTIONS, "system prompt of new sessions "
                                                         "(default: Parlour's own, in voice/config.py)")
-    research: str = described("auto", "auto (search the knowledge base for every question), model (the model "
-                                      "decides) or off")
-    voice_research_tokens: int = described(250, "a spoken turn's search results are cut to the sentences that "
+    research: str = described("auto", "auto (search the knowledge base for every question it bears on), model "
+                                      "(the model decides) or off")
+    # 180 by measurement (README: Speed): at 150 the research evaluation lost answers that 250 kept.
+    voice_research_tokens: int = described(180, "a spoken turn's search results are cut to the sentences that "
                                                 "bear on the question, this many tokens at most")
     knowledge: str = described("", "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)")
     api_keys: list[str] = described(help="comma-separated keys; when set, connections without one are refused",

@@ -62,7 +62,7 @@ class Research:
     """The research policy of a service, and the search tool it runs."""
 
     def __init__(self, policy: str, knowledge: KnowledgeBase | None, store: SessionStore | None = None,
-                 results: int = 3, spoken_tokens: int = 250, count: Callable[[str], int] | None = None,
+                 results: int = 3, spoken_tokens: int = 180, count: Callable[[str], int] | None = None,
                  spoken_results: int = 6):
         """`store`, if given, is searched too: what the user said in their other sessions
         (voice.knowledge.recall). A spoken turn's sentences are chosen from `spoken_results` passages, a text
