@@ -179,12 +179,13 @@ class LanguageModel:
         return self._openers
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None,
-                stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False) -> int:
+                stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False,
+                progress: Callable[[int], None] = lambda evaluated: None) -> int:
         """Evaluate `messages` as the start of a later prompt, with no reply, so the turn that
         begins with them finds them cached (the system prompt at start, a resumed session's
         history). With `exact`, what a shift kept is evaluated again, so the next reply reads an
-        exact cache. Between batches of `batch` tokens it stops as soon as `stop()` is true.
-        Returns the tokens evaluated."""
+        exact cache. Between batches of `batch` tokens it stops as soon as `stop()` is true, and
+        tells `progress` the tokens evaluated so far. Returns the tokens evaluated."""
         prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
         if len(prompt) >= self.context:
             return 0
@@ -208,6 +209,7 @@ class LanguageModel:
                     break
                 self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
                 evaluated += len(prompt[start:start + batch])
+                progress(evaluated)
             return evaluated
 
     def discard(self, messages: list[Message], tools: list[dict] | None = None) -> None:

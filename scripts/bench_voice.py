@@ -122,12 +122,15 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int, store) -> dict:
             response = event["response"]
             break
     figures = store.messages(client.session_id)[-1].figures  # the turn's stored record: every figure
+    held = bool(figures.get("preempted"))  # a guess made while the key was held was the question
     return {"first_audio": first_audio or float("nan"), "prompt": figures.get("prompt_tokens", 0),
             "gaps": gaps, "research_fit": figures.get("research_ms", 0) + figures.get("fit_ms", 0),
             "stt": figures.get("stt_ms", 0), "draft": bool(figures.get("stt_draft")), "heard": heard,
-            "cached": figures.get("cached_tokens", 0), "new": figures.get("evaluated_tokens", 0),
+            # Work after release: what the turn evaluated, and a guess's batch under way at the commit.
+            "new": figures.get("evaluated_tokens", 0) + (figures.get("preempted_late_tokens", 0) if held else 0),
+            "cached": figures.get("cached_tokens", 0) - (figures.get("preempted_late_tokens", 0) if held else 0),
             "research": figures.get("research_tokens", 0), "preempted": figures.get("preempted"),
-            "ahead": figures.get("preempted_tokens", 0) if figures.get("preempted") else 0,
+            "ahead": figures.get("preempted_tokens", 0) if held else 0,
             "first_sentence": first_sentence(transcript), "status": response["status"]}
 
 

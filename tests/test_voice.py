@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 
 from voice.speech.sentences import Sentences
 from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
+from tests.helpers import until
 from voice.knowledge.research import compact_calls
 
 
@@ -421,4 +422,7 @@ def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answe
     assert figures["cached_tokens"] <= history + 16
     questions = [m["content"] for m in server.service.store.transcript(client.session_id) if m["role"] == "user"]
     assert questions == [heard["transcript"]]
+    hold_key(client, speech(guessed) + bytes(48 * 1000))  # guessed again, and the client goes away
+    assert client.session_id in server.service.engine.preemptions.guesses
     client.close()
+    asyncio.run(until(lambda: client.session_id not in server.service.engine.preemptions.guesses, 30))

@@ -81,6 +81,7 @@ class Connection:
             self.closed = True
             reader.cancel()
             self._stop_response()
+            self.service.engine.preemptions.drop(self.session_id)
             await self._settle()
             await asyncio.gather(reader, return_exceptions=True)
 

@@ -38,9 +38,11 @@ class TurnFigures:
     research_ms: int | None = None
     research_tokens: int | None = None  # the research exchange the prompt holds for this question
     # a prefill made while the key was held (voice.turns.preemption): whether this turn's question
-    # was the one it guessed, and the tokens it evaluated before the commit
+    # was the one it guessed, the tokens it evaluated before the commit, and those of the batch under
+    # way at the commit, which the turn waited for (work after release, like `evaluated_tokens`)
     preempted: bool | None = None
     preempted_tokens: int | None = None
+    preempted_late_tokens: int | None = None
     fit_ms: int | None = None
     summarized_ms: int | None = None  # summarizing exchanges the fit had to remove, inside the turn
     prompt_tokens_fitted: int | None = None

@@ -55,6 +55,12 @@ class Guess:
     history: list[dict] | None = None
     tools: list[dict] | None = None
     evaluated: int = 0
+    batches: list[tuple[float, int]] = field(default_factory=list)  # (perf_counter, evaluated) after each batch
+
+    def evaluated_by(self, moment: float) -> int:
+        """Tokens evaluated before `moment` (a perf_counter time): a batch under way at the commit
+        is work after it, and is waited for."""
+        return max((n for at, n in self.batches if at <= moment), default=0)
 
 
 class Preemptions:
@@ -95,7 +101,8 @@ class Preemptions:
             return None
         guess.stop.set()
         figures.preempted = same_words(guess.question, question) and guess.spoken == spoken
-        figures.preempted_tokens = guess.evaluated
+        figures.preempted_tokens = guess.evaluated_by(figures.started)
+        figures.preempted_late_tokens = guess.evaluated - figures.preempted_tokens
         if figures.preempted:
             try:
                 return await guess.research
@@ -105,6 +112,12 @@ class Preemptions:
         if guess.history is not None:
             await asyncio.to_thread(self.llm.discard, guess.history, guess.tools)
         return None
+
+    def drop(self, session_id: str) -> None:
+        """The session's client has gone: its guess stops (its cells are overwritten by the next prompt)."""
+        guess = self.guesses.pop(session_id, None)
+        if guess is not None:
+            guess.stop.set()
 
     async def _prefill(self, guess: Guess, instructions: str | None, offer: Offer) -> None:
         try:
@@ -129,7 +142,8 @@ class Preemptions:
         if fitted is None:
             return
         guess.history, guess.tools = fitted.messages[:-len(question)], offer.native
-        guess.evaluated = self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess))
+        guess.evaluated = self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess),
+                                           progress=lambda n: guess.batches.append((time.perf_counter(), n)))
 
     def _must_stop(self, guess: Guess) -> bool:
         """Between batches (in the worker thread): wait while whisper drafts, then stop if the guess
