@@ -194,6 +194,7 @@ class KnowledgeBase:
         # Read from the chunks on first use, and again after each index.
         self._found_names: dict[str, _Name] | None = None
         self._found_titles: dict[str, str] | None = None
+        self._found_passages: int | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -237,7 +238,7 @@ class KnowledgeBase:
                 self._db.execute("DELETE FROM files WHERE path = ?", (gone,))
                 report.removed += 1
             self._db.commit()
-            self._found_names = self._found_titles = None
+            self._found_names = self._found_titles = self._found_passages = None
         return report
 
     def vocabulary(self, limit: int = VOCABULARY_WORDS) -> list[str]:
@@ -335,11 +336,16 @@ class KnowledgeBase:
         rows = self._ranked(match, 1, None)
         if not rows:
             return False
-        with self._lock:
-            passages = self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         # FTS5's IDF of a word in one passage of N; a collection of one or two passages has none.
-        one_passage = max(0.0, math.log((passages - 0.5) / 1.5))
+        one_passage = max(0.0, math.log((self._passages() - 0.5) / 1.5))
         return -rows[0][3] >= BEARS_ON * one_passage
+
+    def _passages(self) -> int:
+        """How many passages the knowledge base holds; counted once per index, since every question asks."""
+        with self._lock:
+            if self._found_passages is None:
+                self._found_passages = self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+            return self._found_passages
 
     def search(self, query: str, limit: int = 3) -> list[SearchResult]:
         """The best passages for `query` by BM25, from the documents it names if it names any

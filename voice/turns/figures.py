@@ -36,7 +36,7 @@ class TurnFigures:
     # the turn engine
     queue_ms: int | None = None  # waiting for the model
     research_ms: int | None = None
-    research_tokens: int | None = None  # the research exchange the prompt holds for this question
+    research_tokens: int | None = None  # this question's research exchange as stored (its call with the query)
     # a prefill made while the key was held (voice.turns.preemption): whether this turn's question
     # was the one it guessed, the tokens it evaluated before the commit, and those of the batch under
     # way at the commit, which the turn waited for (work after release, like `evaluated_tokens`)

@@ -54,8 +54,12 @@ class Guess:
     stop: threading.Event = field(default_factory=threading.Event)
     history: list[dict] | None = None
     tools: list[dict] | None = None
-    evaluated: int = 0
     batches: list[tuple[float, int]] = field(default_factory=list)  # (perf_counter, evaluated) after each batch
+
+    @property
+    def evaluated(self) -> int:
+        """Tokens the guess's prefill has evaluated so far."""
+        return self.batches[-1][1] if self.batches else 0
 
     def evaluated_by(self, moment: float) -> int:
         """Tokens evaluated before `moment` (a perf_counter time): a batch under way at the commit
@@ -142,8 +146,8 @@ class Preemptions:
         if fitted is None:
             return
         guess.history, guess.tools = fitted.messages[:-len(question)], offer.native
-        guess.evaluated = self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess),
-                                           progress=lambda n: guess.batches.append((time.perf_counter(), n)))
+        self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess),
+                         progress=lambda n: guess.batches.append((time.perf_counter(), n)))
 
     def _must_stop(self, guess: Guess) -> bool:
         """Between batches (in the worker thread): wait while whisper drafts, then stop if the guess
