@@ -12,7 +12,7 @@ from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase
 from voice.store.sessions import SessionStore
 from harness.realtime import ANSWERED, Client, done, reply_text
 from tests.helpers import write_docs
-from voice.knowledge.research import compact_calls
+from voice.knowledge.research import compact_calls, evidence_first
 
 
 def test_a_reply_streams_and_reports_its_figures(server):
@@ -48,7 +48,7 @@ def test_a_follow_up_prompt_holds_the_earlier_turn(server, llm):
     first = done(client.ask("My name is Ada. Remember it."))
     second = done(client.ask("What is my name?"))
     transcript = server.service.store.transcript(client.session_id)
-    assert int(second["usage"]["input_tokens"]) == llm.count(compact_calls(transcript[:-1]))  # all four earlier messages
+    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))  # all four earlier messages
     # The second prompt extends the first, so llama.cpp reused the first's cached tokens.
     assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["usage"]["input_tokens"]) - 1
     client.close()
@@ -119,7 +119,7 @@ def test_a_session_resumes_after_the_server_restarts(make_server, llm):
     second = done(resumed.ask("Which word did I ask you to remember?"))
     transcript = restarted.service.store.transcript(session_id)
     assert transcript[1]["content"] == "Remember the word lighthouse."
-    assert int(second["usage"]["input_tokens"]) == llm.count(compact_calls(transcript[:-1]))
+    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))
     resumed.close()
 
 

@@ -207,6 +207,35 @@ def test_the_model_reads_an_auto_search_without_its_query_and_its_own_searches_w
     assert llm.count(compacted) <= llm.count(messages) - 6  # the question is not read twice
 
 
+def test_an_auto_search_is_read_as_its_results_before_the_question(llm):
+    from models.tool_calls import new_call
+    from voice.knowledge.research import compact_calls, evidence_first
+
+    asked = new_call("search", {"query": "When does the ferry leave?"})
+    own = new_call("search", {"query": "ferry timetable"})
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "When does the ferry leave?"},
+                {"role": "assistant", "content": None, "tool_calls": [asked]},
+                {"role": "tool", "tool_call_id": asked["id"], "content": "[1] Timetable\nThe ferry leaves at ten."},
+                {"role": "assistant", "content": "At ten."},
+                {"role": "user", "content": "And on Sundays?"},
+                {"role": "assistant", "content": None, "tool_calls": [own]},
+                {"role": "tool", "tool_call_id": own["id"], "content": "At noon."}]
+    read = evidence_first(compact_calls(messages))
+    # The auto search's results, then the question, in one user message; the model's own search as it was.
+    assert read[1] == {"role": "user", "content": "[1] Timetable\nThe ferry leaves at ten.\n\nWhen does the ferry leave?"}
+    assert read[2] == messages[4] and read[3:] == messages[5:]
+    assert len(read) == len(messages) - 2
+    assert llm.count(read) <= llm.count(compact_calls(messages)) - 15  # no call and no tool framing to read
+    # The evidence's tokens lead the question's message: a prompt that ends with the evidence shares
+    # all of it but its last token ("." merges with the separator), before the message's end and the
+    # reply's opening (5 tokens).
+    from models.kv_cache import common_prefix
+
+    evidence = llm.tokens(read[:1] + [{"role": "user", "content": "[1] Timetable\nThe ferry leaves at ten."}])
+    assert common_prefix(llm.tokens(read[:2]), evidence) == len(evidence) - 6
+
+
 def test_a_question_the_knowledge_base_has_nothing_for_is_not_researched(tmp_path):
     from voice.knowledge.research import Research
 

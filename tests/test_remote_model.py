@@ -19,7 +19,7 @@ from models.remote_llm import ModelServerError, RemoteLanguageModel
 from models.weights import resolve
 from harness.realtime import ANSWERED, Client, done, reply_text
 from tests.helpers import free_port
-from voice.knowledge.research import compact_calls
+from voice.knowledge.research import compact_calls, evidence_first
 
 
 class ModelServer:
@@ -121,7 +121,7 @@ def test_text_and_spoken_turns_are_answered_by_the_model_server(model_server, re
     assert max(model_server.prefix_hits()[-2:]) >= first_prompt - 1
     # Fitting measured the prompt exactly as the local model would count it.
     transcript = server.service.store.transcript(client.session_id)
-    assert int(second["usage"]["input_tokens"]) == llm.count(compact_calls(transcript[:4]))
+    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:4])))
     health = json.load(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz"))
     assert health["backend"] == model_server.url and health["model_server"] == "answers"
     client.close()
@@ -217,7 +217,7 @@ def test_llama_server_counts_with_its_own_tokenizer_and_reuses_the_prefix(tmp_pa
         # The server reports the prefix it kept: the whole first exchange, in the session's slot.
         assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["usage"]["input_tokens"]) - 1
         transcript = server.service.store.transcript(client.session_id)
-        assert second["usage"]["input_tokens"] == llm.count(compact_calls(transcript[:4]))
+        assert second["usage"]["input_tokens"] == llm.count(evidence_first(compact_calls(transcript[:4])))
         assert llama.requests() == 2
         assert llama.slots_by_id() == [0, 0]  # the session kept its slot (id_slot)
         client.close()

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from voice.speech.sentences import Sentences
 from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
 from tests.helpers import until
-from voice.knowledge.research import compact_calls
+from voice.knowledge.research import compact_calls, evidence_first
 
 
 def words(text: str) -> str:
@@ -119,7 +119,7 @@ def test_a_second_spoken_turn_sees_the_first(server, speech, llm):
     second = done(client.speak(speech("What is my dog called?")))
     transcript = server.service.store.transcript(client.session_id)
     assert "biscuit" in words(transcript[1]["content"])
-    assert int(second["usage"]["input_tokens"]) == llm.count(compact_calls(transcript[:-1]))
+    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))
     assert second["usage"]["input_token_details"]["cached_tokens"] > 0
     client.close()
 
@@ -186,7 +186,7 @@ def test_a_spoken_session_resumes_after_a_restart(make_server, speech, llm):
     assert second[0]["session"]["id"] == session_id
     transcript = restarted.service.store.transcript(session_id)
     assert "seven" in words(transcript[1]["content"]) or "7" in transcript[1]["content"]
-    assert int(done(second)["usage"]["input_tokens"]) == llm.count(compact_calls(transcript[:-1]))
+    assert int(done(second)["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))
 
 
 def test_bad_audio_input_gets_errors_and_the_next_turn_is_served(make_server, speech):

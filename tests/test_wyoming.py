@@ -19,7 +19,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from tests.helpers import free_port, until
 from voice.wyoming.assistant import session_for
-from voice.knowledge.research import compact_calls
+from voice.knowledge.research import compact_calls, evidence_first
 
 
 def words(text: str) -> str:
@@ -141,7 +141,7 @@ def test_a_conversation_id_is_one_remembered_session_across_restarts(make_server
     session = session_for("conv-1")
     transcript = server.service.store.transcript(session)
     assert [m["role"] for m in transcript[1:]] == ["user", "assistant"] * 2
-    assert server.service.engine.recent[-1].prompt_tokens == llm.count(compact_calls(transcript[:-1]))  # the first exchange too
+    assert server.service.engine.recent[-1].prompt_tokens == llm.count(evidence_first(compact_calls(transcript[:-1])))  # the first exchange too
     assert "Ada" in Handled.from_event(events[-1]).text
 
     ask(port, "Hello there.", "conv-2")

@@ -138,6 +138,32 @@ def compact_calls(messages: list[dict]) -> list[dict]:
     return compacted
 
 
+def evidence_first(messages: list[dict]) -> list[dict]:
+    """A fitted prompt as the model reads it: each `auto` search (a call `compact_calls` left
+    without its query) is read as its results followed by the question, in the question's own
+    message. The evidence thus comes before the question's words, so a prefill while the key is held
+    can evaluate the evidence a draft already found (voice.turns.preemption) before the question ends.
+    Fitting sees the stored order (old research still goes first); this runs on what it kept, and
+    a message reads the same in every prompt, so the prefix stays stable from turn to turn."""
+    read, i = [], 0
+    while i < len(messages):
+        message, following = messages[i], messages[i + 1] if i + 1 < len(messages) else {}
+        calls = following.get("tool_calls") or []
+        if message["role"] == "user" and len(calls) == 1 and calls[0]["function"]["name"] == "search" and \
+                calls[0]["function"]["arguments"] == "{}":
+            end = i + 2
+            while end < len(messages) and messages[end]["role"] == "tool":
+                end += 1
+            results = [m.get("content") or "" for m in messages[i + 2:end]]
+            if results:
+                read.append({**message, "content": "\n\n".join([*results, message.get("content") or ""])})
+                i = end
+                continue
+        read.append(message)
+        i += 1
+    return read
+
+
 def _query(call: dict) -> str | None:
     try:
         return json.loads(call["function"]["arguments"]).get("query")

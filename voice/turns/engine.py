@@ -133,7 +133,7 @@ class TurnEngine:
                     lambda: sum(self.llm.count_message(m) for m in exchange))
             figures.research_ms = ms(time.perf_counter() - research_started)
 
-            async for event in self._generate(request, row, question):
+            async for event in self._generate(request, row, question, researched=bool(exchange)):
                 if isinstance(event, Calls):
                     message = {"role": "assistant", "content": None, "tool_calls": event.calls}
                     event.stored = [await asyncio.to_thread(self.store.append, request.session_id, message)]
@@ -175,9 +175,11 @@ class TurnEngine:
         figures.fitted(result)
         return result
 
-    async def _generate(self, request: TurnRequest, row: ReplyRow, question: str) -> AsyncIterator[TurnEvent]:
+    async def _generate(self, request: TurnRequest, row: ReplyRow, question: str,
+                        researched: bool = False) -> AsyncIterator[TurnEvent]:
         """Fit and stream, at most twice: under the `model` policy a reply that calls `search`
-        runs it, and the second attempt answers from what it found."""
+        runs it, and the second attempt answers from what it found. `researched`: the question's
+        `auto` research is in the prompt (read before the question: evidence_first)."""
         unused = ""
         client = request.offered_tools()
         client_names = {t["function"]["name"] for t in client}
@@ -191,7 +193,7 @@ class TurnEngine:
             must_call = attempt == 0 and bool(client) and request.must_call
             # Right after function results the reply answers from them: the 1.5B otherwise often
             # called the same function again.
-            after_results = result.messages[-1]["role"] == "tool"
+            after_results = result.messages[-1]["role"] == "tool" or (researched and attempt == 0)
             prompt = result.messages if request.earlier_calls or not client else \
                 without_earlier_commands(result.messages, {SEARCH_TOOL["function"]["name"]})
             # Rendering and tokenizing the prompt is blocking work too: a worker thread does it.

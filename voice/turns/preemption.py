@@ -145,7 +145,8 @@ class Preemptions:
         fitted = self.prompt.before_commit(guess.session_id, instructions, offer, question)
         if fitted is None:
             return
-        guess.history, guess.tools = fitted.messages[:-len(question)], offer.native
+        asked = max(i for i, m in enumerate(fitted.messages) if m["role"] == "user")
+        guess.history, guess.tools = fitted.messages[:asked], offer.native
         self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess),
                          progress=lambda n: guess.batches.append((time.perf_counter(), n)))
 

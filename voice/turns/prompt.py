@@ -15,7 +15,7 @@ import time
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize, summary_room, words_within
 from models.model import Model
-from voice.knowledge.research import compact_calls
+from voice.knowledge.research import compact_calls, evidence_first
 from voice.store.sessions import SessionStore
 from voice.turns.tools import Offer
 
@@ -106,8 +106,11 @@ class TurnPrompt:
                 raise FitError(f"the instructions ({tokens} tokens) are over the budget ({room})")
             return FitResult(list(transcript), tokens, room)
         low_water = None if self.low_water is None else budget // 2 - (budget - room)
-        return fit(transcript, room, self.llm.measure, previous=removed, summary=summary, low_water=low_water,
-                   condense_with=condense_with)
+        result = fit(transcript, room, self.llm.measure, previous=removed, summary=summary, low_water=low_water,
+                     condense_with=condense_with)
+        result.messages = evidence_first(result.messages)
+        result.prompt_tokens = self.llm.measure(result.messages)
+        return result
 
     def _section_notes(self, messages: list[dict]) -> str:
         """A section worker's notes (fitting stage 3), written by the model the turn already holds."""
