@@ -212,18 +212,23 @@ class LanguageModel:
                 progress(evaluated)
             return evaluated
 
-    def discard(self, messages: list[Message], tools: list[dict] | None = None) -> None:
-        """Remove from the KV cache what follows `messages` (rendered as `prefill` renders them),
-        if the cache holds them: the cells of a prefill that guessed the next question wrong
-        (llama_memory_seq_rm). A cache that has moved on to another prompt is left as it is."""
+    def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:
+        """Remove from the KV cache what follows its longest common prefix with `messages` (rendered
+        as `prefill` renders them): the cells of a prefill that guessed the next prompt, past what
+        the prompt shares with the guess (llama_memory_seq_rm). Only if the cache holds the first
+        `held` messages (all of them by default): a cache that has moved on to another prompt is
+        left as it is."""
         kept = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
+        held_tokens = len(kept) if held is None else \
+            len(self._text_tokens(self._render(messages[:held], generation_prompt=False, tools=tools)))
         with self._lock:
             llm = self._llm
-            if llm.n_tokens <= len(kept) or common_prefix(llm._input_ids.tolist(), kept) < len(kept):
+            shared = common_prefix(llm._input_ids.tolist(), kept)
+            if shared < held_tokens or llm.n_tokens <= shared:
                 return
-            llm._ctx.kv_cache_seq_rm(0, len(kept), -1)
-            llm.n_tokens = len(kept)
-            self._exact = min(self._exact, len(kept))
+            llm._ctx.kv_cache_seq_rm(0, shared, -1)
+            llm.n_tokens = shared
+            self._exact = min(self._exact, shared)
 
     def health(self) -> dict:
         return {"engine": {"cpu_features": cpu_features(), **self.engine.as_json()}}

@@ -275,7 +275,7 @@ def test_held_audio_is_drafted_in_the_background_and_the_commit_uses_the_draft()
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     assert isinstance(draft, TranscribeDraft) and len(draft.audio) == 600 * 48
     assert protocol.receive(raw("input_audio_buffer.append", audio=speech(600))) == []  # one draft at a time
-    assert protocol.drafted(draft.generation, Draft("What is the", len(draft.audio))) == []
+    assert [type(e) for e in protocol.drafted(draft.generation, Draft("What is the", len(draft.audio)))] == [Preempt]
     (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(100)))  # 700 ms since the draft
     assert len(again.audio) == 1300 * 48
     protocol.drafted(again.generation, Draft("What is the time?", len(again.audio)))
@@ -283,14 +283,15 @@ def test_held_audio_is_drafted_in_the_background_and_the_commit_uses_the_draft()
     assert effect.draft == Draft("What is the time?", 1300 * 48) and len(effect.audio) == 1300 * 48
 
 
-def test_a_settled_draft_of_the_held_key_is_prefilled_ahead_and_an_unsettled_one_is_not():
+def test_each_draft_of_the_held_key_is_prefilled_ahead_and_a_settled_one_as_the_whole_question():
     protocol = fresh()
     protocol.tools = [{"type": "function", "function": {"name": "lights", "parameters": {}}}]
     (draft,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
-    assert protocol.drafted(draft.generation, Draft("What is the", len(draft.audio))) == []
+    (effect,) = protocol.drafted(draft.generation, Draft("What is the", len(draft.audio)))
+    assert effect == Preempt("What is the", True, protocol.tools, "auto", settled=False)  # its evidence only
     (again,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     (effect,) = protocol.drafted(again.generation, Draft("What is the time?", len(again.audio), settled=True))
-    assert effect == Preempt("What is the time?", True, protocol.tools, "auto")
+    assert effect == Preempt("What is the time?", True, protocol.tools, "auto", settled=True)
     (silence,) = protocol.receive(raw("input_audio_buffer.append", audio=speech(600)))
     assert silence.earlier == Draft("What is the time?", len(again.audio), settled=True)  # checked for speech only
     protocol.drafted(silence.generation, None)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from models.chat_template import as_plain_text
+from models.kv_cache import common_prefix
 from models.reply import ContextOverflow
 from models.tool_calls import MARKERS
 
@@ -267,3 +268,18 @@ def test_discard_removes_what_follows_a_prompt_only_while_the_cache_holds_it(llm
     other = {"role": "system", "content": "You are Marra, a harbour pilot."}
     llm.discard([other])  # the cache holds another prompt: left as it is
     assert llm._llm.n_tokens == before
+
+
+def test_discard_keeps_what_the_next_prompt_shares_with_the_guess(llm):
+    system = {"role": "system", "content": "You are Quillon, who keeps lighthouse logs. Answer in one line."}
+    evidence = "[1] Lamp log (log.md)\nThe lamp is lit at dusk and put out at dawn. Answer the question from these passages.\n\n"
+    guessed = [system, {"role": "user", "content": evidence + "When is the lamp"}]
+    asked = [system, {"role": "user", "content": evidence + "When is the lamp put out?"}]
+    llm.prefill(guessed)
+    shared = common_prefix(llm._llm._input_ids.tolist(), llm.tokens(asked))
+    llm.discard(asked, held=1)
+    assert llm._llm.n_tokens == shared > llm.count([system])  # the evidence stays, the guess's end went
+    assert 0 < llm.prefill(asked) < 16  # only the question's last words are evaluated
+    cached = llm._llm.n_tokens
+    llm.discard([{"role": "system", "content": "You are Marra, a harbour pilot."}, *asked[1:]], held=1)
+    assert llm._llm.n_tokens == cached  # another history: left as it is

@@ -401,6 +401,30 @@ def test_a_question_that_settled_while_the_key_was_held_is_researched_and_prefil
     client.close()
 
 
+def test_evidence_a_draft_found_while_the_user_still_spoke_is_prefilled_and_read_at_release(
+        make_server, tmp_path, speech, llm):
+    ferry_notes(tmp_path)
+    server = make_server()
+    client = Client(server.url())
+    question = "Who is the harbour master at the ferry pier in Rossaveal?"
+    hold_key(client, speech(question))  # no silence after the last word: no draft settled
+    server.idle()
+    guess = server.service.engine.preemptions.guesses[client.session_id]
+    assert not guess.settled and guess.evaluated > 0
+    cached = llm._llm.detokenize(llm._llm._input_ids.tolist()).decode()
+    assert "Orla Keane" in cached and cached.endswith("\n\n")  # the evidence, none of the question's words
+    assert server.service.store.transcript(client.session_id)[1:] == []
+    client.send({"type": "input_audio_buffer.commit"})
+    client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
+    assert done(client.until("response.done"))["status"] in ANSWERED
+    figures = server.service.store.messages(client.session_id)[-1].figures
+    # At release the evidence was read from the cache: what was left is the question and the reply's opening.
+    assert figures["preempted_tokens"] > 0 and figures["evaluated_tokens"] < figures["research_tokens"] / 2
+    stored = [m["role"] for m in server.service.store.transcript(client.session_id)]
+    assert stored == ["system", "user", "assistant", "tool", "assistant"]
+    client.close()
+
+
 def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answered(make_server, tmp_path, speech, llm):
     ferry_notes(tmp_path)
     server = make_server()
@@ -417,9 +441,12 @@ def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answe
     assert figures["preempted"] is False and done(events)["status"] in ANSWERED
     heard = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
     assert "tickets" in words(heard["transcript"])
-    # The guess's cells were gone before the turn: it read nothing of the guessed question's research.
-    history = llm.count([{"role": "system", "content": server.service.store.transcript(client.session_id)[0]["content"]}])
-    assert figures["cached_tokens"] <= history + 16
+    # Of the guess's cells the turn read only the evidence the two questions share, none of the
+    # guessed question's words: what followed went before the turn.
+    read = evidence_first(compact_calls(server.service.store.transcript(client.session_id)))
+    evidence = read[1]["content"].removesuffix(heard["transcript"])
+    assert evidence.endswith("\n\n") and "twelve euro" in evidence
+    assert llm.count(read[:1]) + 8 < figures["cached_tokens"] <= llm.count([read[0], {"role": "user", "content": evidence}])
     questions = [m["content"] for m in server.service.store.transcript(client.session_id) if m["role"] == "user"]
     assert questions == [heard["transcript"]]
     hold_key(client, speech(guessed) + bytes(48 * 1000))  # guessed again, and the client goes away

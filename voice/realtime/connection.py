@@ -149,9 +149,9 @@ class Connection:
                 self._start(self._transcribe(effect))
             case TranscribeDraft():
                 self._start(self._draft(effect))
-            case Preempt(question, spoken, tools, tool_choice):
+            case Preempt(question, spoken, tools, tool_choice, settled):
                 self.service.engine.preempt(TurnRequest(self.session_id, tools=tools, tool_choice=tool_choice,
-                                                        spoken=spoken), question)
+                                                        spoken=spoken), question, settled)
             case Respond(asked):
                 await self._respond(asked)
             case Cancel(asked):

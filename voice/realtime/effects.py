@@ -65,12 +65,14 @@ class Draft:
 
 @dataclass(frozen=True)
 class Preempt:
-    """Research the question a settled draft heard, and evaluate its turn's prompt ahead, before
-    the commit (voice.turns.preemption); nothing is stored, announced or spoken."""
+    """Research what a draft heard, and evaluate its turn's prompt ahead, before the commit
+    (voice.turns.preemption): the evidence alone while the user may still be speaking, the
+    question too once the draft is `settled`. Nothing is stored, announced or spoken."""
     question: str
     spoken: bool
     tools: list[dict]
     tool_choice: str | dict
+    settled: bool = True
 
 
 @dataclass(frozen=True)

@@ -127,8 +127,8 @@ class RealtimeProtocol:
 
     def drafted(self, generation: int, draft: Draft | None) -> list[Effect]:
         """A draft finished (None: it heard nothing, failed or was skipped). A commit waiting for
-        it is transcribed now. A settled draft of the held key's audio is guessed to be the
-        question: its turn is prefilled ahead (`Preempt`)."""
+        it is transcribed now. Each draft of the held key's audio is researched and its evidence
+        prefilled ahead; a settled one is guessed to be the whole question (`Preempt`)."""
         self.drafting = None
         if self.waiting_for_draft is not None and self.waiting_for_draft[3] == generation:
             audio, item_id, older, _generation = self.waiting_for_draft
@@ -136,8 +136,7 @@ class RealtimeProtocol:
             return [Transcribe(audio, item_id, draft or older)]
         if generation == self.generation and draft is not None:
             self.draft = draft
-            if draft.settled:
-                return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice)]
+            return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice, draft.settled)]
         return []
 
     def response_ended(self) -> list[Effect]:

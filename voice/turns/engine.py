@@ -93,10 +93,10 @@ class TurnEngine:
             self._waiting -= 1
         return transcript, time.perf_counter() - started
 
-    def preempt(self, request: TurnRequest, question: str) -> None:
-        """Guess that `question` (a draft made while the key is held) is the session's next one:
-        research it and evaluate its prompt ahead (voice.turns.preemption)."""
-        self.preemptions.start(request.session_id, question, request.spoken, request.instructions,
+    def preempt(self, request: TurnRequest, question: str, settled: bool = True) -> None:
+        """A draft made while the key is held heard `question`: research it and evaluate its
+        prompt ahead, the question too if the draft is `settled` (voice.turns.preemption)."""
+        self.preemptions.start(request.session_id, question, request.spoken, settled, request.instructions,
                                self._offer(request.offered_tools()))
 
     async def idle(self) -> None:
@@ -123,7 +123,7 @@ class TurnEngine:
         try:
             research_started = time.perf_counter()
             exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures) \
-                if question else []
+                if question else []  # the guess's research if the question was its draft's, else the question's
             if exchange is None:
                 exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
                                                    request.session_id)

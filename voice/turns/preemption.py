@@ -1,14 +1,19 @@
-"""Prefill while the key is held (preemptive prefill): the question a settled draft heard is
-researched, and the prompt its turn will have is evaluated into the model's cache, before release.
+"""Prefill while the key is held (preemptive prefill): what each draft heard is researched, and
+the prompt its turn will have is evaluated into the model's cache, before release.
 
-While a push-to-talk key is held, whisper drafts the audio so far (voice.realtime.transcription).
-A draft whose last moments are silent is probably the whole question. `Preemptions.start` then
-runs that question's research and evaluates [history, question, research], fitted as the turn will
-fit it, in the background. At the turn (`take`), if the committed question has the same words as
-the guess (case and punctuation aside, as LiveKit Agents' preemptive generation compares
-transcripts), its research is the turn's and its cache is read: only the reply's opening is left to
-evaluate. Otherwise its cells are removed from the cache (llama_memory_seq_rm) and the turn goes on
-as it would have: a wrong guess costs idle CPU and nothing else.
+While a push-to-talk key is held, whisper drafts the audio so far every half second
+(voice.realtime.transcription). The model reads a question's evidence before its words
+(voice.knowledge.research.evidence_first), and the evidence a question finds is mostly settled
+before its last words (the document it names, its opening): `Preemptions.start` researches each
+draft and evaluates [history, evidence] in the background, fitted as the turn will fit it. A draft
+whose last moments are silent is probably the whole question (`settled`): the question is evaluated
+after its evidence too. A later draft that found other evidence keeps what the two share.
+
+At the turn (`take`), if the committed question has the same words as the draft (case and
+punctuation aside, as LiveKit Agents' preemptive generation compares transcripts), the draft's
+research is the turn's; otherwise the question is researched now. Either way the cache keeps only
+what the turn's prompt shares with it, and the rest is removed (llama_memory_seq_rm), so the turn
+reads no cell of a wrong guess: a wrong guess costs idle CPU and nothing else.
 
 A guess is never stored, announced or spoken: it lives here and in the cache until the commit. It
 waits for the model behind turns like other background work, stops as soon as a turn waits, and
@@ -26,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from models.model import Model
-from voice.knowledge.research import Research
+from voice.knowledge.research import Research, compact_calls, evidence_first
 from voice.turns.figures import TurnFigures
 from voice.turns.model_queue import ModelQueue
 from voice.turns.prompt import TurnPrompt
@@ -34,6 +39,9 @@ from voice.turns.tools import Offer
 
 log = logging.getLogger("parlour")
 DRAFT_WAIT_S = 0.02  # how often a paused prefill looks again whether whisper is done
+# A guess evaluates this many tokens between looks at whisper: a draft waits at most one batch
+# (about 0.5 s at a depth of 6,000 tokens on a 2-core Zen 4).
+GUESS_BATCH = 32
 
 
 def same_words(a: str, b: str) -> bool:
@@ -42,14 +50,20 @@ def same_words(a: str, b: str) -> bool:
     return words(a) == words(b)
 
 
+def as_read(question: str, exchange: list[dict]) -> dict:
+    """The question's message as the model reads it, after its research (evidence_first)."""
+    return evidence_first(compact_calls([{"role": "user", "content": question}, *exchange]))[-1]
+
+
 @dataclass
 class Guess:
-    """One session's guessed question, its research (a task giving the tool exchange) and, once
-    prefilled, the prompt before the question (to remove what follows it if the guess was wrong)."""
+    """What one session's latest draft heard, whether it `settled`, its research (a task giving the
+    tool exchange) and, once prefilled, the prompt before the question (the history)."""
 
     session_id: str
     question: str
     spoken: bool
+    settled: bool
     research: asyncio.Task
     stop: threading.Event = field(default_factory=threading.Event)
     history: list[dict] | None = None
@@ -83,23 +97,27 @@ class Preemptions:
         finally:
             self._drafts -= 1
 
-    def start(self, session_id: str, question: str, spoken: bool, instructions: str | None, offer: Offer) -> None:
-        """Guess that `question` is the session's next one; a different earlier guess stops."""
+    def start(self, session_id: str, question: str, spoken: bool, settled: bool, instructions: str | None,
+              offer: Offer) -> None:
+        """A draft heard `question` (`settled`: probably all of it); an earlier guess stops, and
+        what its prefill shares with this one stays in the cache."""
         earlier = self.guesses.get(session_id)
-        if earlier is not None and earlier.question == question and earlier.spoken == spoken:
+        if earlier is not None and (earlier.question, earlier.spoken, earlier.settled) == (question, spoken, settled):
             return
         if earlier is not None:
-            earlier.stop.set()  # its cells go as the new guess is evaluated over them
+            earlier.stop.set()
         loop = asyncio.get_running_loop()
-        research = loop.create_task(asyncio.to_thread(self.research.for_question, question, spoken, session_id))
-        guess = self.guesses[session_id] = Guess(session_id, question, spoken, research)
+        research = earlier.research if earlier is not None and (earlier.question, earlier.spoken) == (question, spoken) \
+            else loop.create_task(asyncio.to_thread(self.research.for_question, question, spoken, session_id))
+        guess = self.guesses[session_id] = Guess(session_id, question, spoken, settled, research)
         task = loop.create_task(self._prefill(guess, instructions, offer))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def take(self, session_id: str, question: str, spoken: bool, figures: TurnFigures) -> list[dict] | None:
-        """The research of the session's guess if `question` is what it guessed, else None (the
-        turn researches); a wrong guess's cells leave the cache. Called holding the model."""
+        """The question's research: its guess's if the guess heard the same words, else its own;
+        None if there was no guess (the turn researches). The cache keeps what the turn's prompt
+        shares with the guess's and no more. Called holding the model."""
         guess = self.guesses.pop(session_id, None)
         if guess is None:
             return None
@@ -107,15 +125,20 @@ class Preemptions:
         figures.preempted = same_words(guess.question, question) and guess.spoken == spoken
         figures.preempted_tokens = guess.evaluated_by(figures.started)
         figures.preempted_late_tokens = guess.evaluated - figures.preempted_tokens
+        exchange = None
         if figures.preempted:
             try:
-                return await guess.research
-            except Exception:  # researched again by the turn, which says what is wrong
-                return None
-        guess.research.cancel()
+                exchange = await guess.research
+            except Exception:  # researched again below, which says what is wrong
+                exchange = None
+        else:
+            guess.research.cancel()
+        if exchange is None:
+            exchange = await asyncio.to_thread(self.research.for_question, question, spoken, session_id)
         if guess.history is not None:
-            await asyncio.to_thread(self.llm.discard, guess.history, guess.tools)
-        return None
+            await asyncio.to_thread(self.llm.discard, [*guess.history, as_read(question, exchange)], guess.tools,
+                                    len(guess.history))
+        return exchange
 
     def drop(self, session_id: str) -> None:
         """The session's client has gone: its guess stops (its cells are overwritten by the next prompt)."""
@@ -133,7 +156,7 @@ class Preemptions:
             return
         await self.queue.acquire(background=True)
         try:
-            if not guess.stop.is_set():
+            if not guess.stop.is_set() and (guess.settled or exchange):
                 await asyncio.to_thread(self._evaluate, guess, [{"role": "user", "content": guess.question}, *exchange],
                                         instructions, offer)
         except Exception:  # a guess only saves time: the turn does the work itself
@@ -145,9 +168,13 @@ class Preemptions:
         fitted = self.prompt.before_commit(guess.session_id, instructions, offer, question)
         if fitted is None:
             return
-        asked = max(i for i, m in enumerate(fitted.messages) if m["role"] == "user")
-        guess.history, guess.tools = fitted.messages[:asked], offer.native
-        self.llm.prefill(fitted.messages, offer.native, stop=lambda: self._must_stop(guess),
+        *history, asked = fitted.messages
+        if asked["role"] != "user":  # the evidence was cut to fit: the turn will see
+            return
+        if not guess.settled:  # the evidence, and the separator the question will follow
+            asked = {**asked, "content": asked["content"].removesuffix(guess.question)}
+        guess.history, guess.tools = history, offer.native
+        self.llm.prefill([*history, asked], offer.native, stop=lambda: self._must_stop(guess), batch=GUESS_BATCH,
                          progress=lambda n: guess.batches.append((time.perf_counter(), n)))
 
     def _must_stop(self, guess: Guess) -> bool:
