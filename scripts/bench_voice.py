@@ -17,8 +17,9 @@ The floor of a turn is the work left after release, its parts measured alone: wh
 evaluated at release at its depth, decode of its first sentence, and Piper's first chunk of it.
 The old floor, printed beside it, is what it was before prefill while the key is held: whisper on
 the clip and prefill of everything the turn added (question, research), as if nothing were done
-ahead. Per turn it prints the research's tokens, the tokens evaluated before release (p: the
-guess was the question, x: it was not, -: no guess) and the tokens evaluated at release.
+ahead. Per turn it prints the research's tokens, the tokens the drafts' guesses evaluated before
+release (p: the last guess was the question, x: it was not, and the turn kept what it shared with
+it, -: no guess) and the tokens evaluated at release.
 
 Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
 whole passages, so the spoken session starts 3,700 tokens deep and reaches the end of an 8,192-token
@@ -122,15 +123,16 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int, store) -> dict:
             response = event["response"]
             break
     figures = store.messages(client.session_id)[-1].figures  # the turn's stored record: every figure
-    held = bool(figures.get("preempted"))  # a guess made while the key was held was the question
+    late = figures.get("preempted_late_tokens") or 0  # a guess's batch under way at the commit: waited for
     return {"first_audio": first_audio or float("nan"), "prompt": figures.get("prompt_tokens", 0),
             "gaps": gaps, "research_fit": figures.get("research_ms", 0) + figures.get("fit_ms", 0),
             "stt": figures.get("stt_ms", 0), "draft": bool(figures.get("stt_draft")), "heard": heard,
             # Work after release: what the turn evaluated, and a guess's batch under way at the commit.
-            "new": figures.get("evaluated_tokens", 0) + (figures.get("preempted_late_tokens", 0) if held else 0),
-            "cached": figures.get("cached_tokens", 0) - (figures.get("preempted_late_tokens", 0) if held else 0),
+            "new": figures.get("evaluated_tokens", 0) + late, "cached": figures.get("cached_tokens", 0) - late,
             "research": figures.get("research_tokens", 0), "preempted": figures.get("preempted"),
-            "ahead": figures.get("preempted_tokens", 0) if held else 0,
+            # Evaluated before release by the drafts' guesses. A guess that was not the question (x)
+            # kept only what it shared with the turn's prompt: evidence, most often.
+            "ahead": figures.get("preempted_tokens") or 0,
             "first_sentence": first_sentence(transcript), "status": response["status"]}
 
 

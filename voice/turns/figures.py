@@ -37,9 +37,10 @@ class TurnFigures:
     queue_ms: int | None = None  # waiting for the model
     research_ms: int | None = None
     research_tokens: int | None = None  # this question's research exchange as stored (its call with the query)
-    # a prefill made while the key was held (voice.turns.preemption): whether this turn's question
-    # was the one it guessed, the tokens it evaluated before the commit, and those of the batch under
-    # way at the commit, which the turn waited for (work after release, like `evaluated_tokens`)
+    # prefills made while the key was held (voice.turns.preemption): whether this turn's question
+    # was the last draft's words, the tokens the drafts' prefills evaluated before the commit, and
+    # those of the batch under way at the commit, which the turn waited for (work after release, like
+    # `evaluated_tokens`)
     preempted: bool | None = None
     preempted_tokens: int | None = None
     preempted_late_tokens: int | None = None

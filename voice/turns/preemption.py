@@ -68,17 +68,19 @@ class Guess:
     stop: threading.Event = field(default_factory=threading.Event)
     history: list[dict] | None = None
     tools: list[dict] | None = None
-    batches: list[tuple[float, int]] = field(default_factory=list)  # (perf_counter, evaluated) after each batch
+    # (perf_counter, tokens) of each batch evaluated for this question so far: shared by the guesses
+    # of one held key, each draft's after the one before.
+    batches: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def evaluated(self) -> int:
-        """Tokens the guess's prefill has evaluated so far."""
-        return self.batches[-1][1] if self.batches else 0
+        """Tokens the key's guesses have evaluated so far."""
+        return sum(n for _, n in self.batches)
 
     def evaluated_by(self, moment: float) -> int:
         """Tokens evaluated before `moment` (a perf_counter time): a batch under way at the commit
         is work after it, and is waited for."""
-        return max((n for at, n in self.batches if at <= moment), default=0)
+        return sum(n for at, n in self.batches if at <= moment)
 
 
 class Preemptions:
@@ -109,7 +111,8 @@ class Preemptions:
         loop = asyncio.get_running_loop()
         research = earlier.research if earlier is not None and (earlier.question, earlier.spoken) == (question, spoken) \
             else loop.create_task(asyncio.to_thread(self.research.for_question, question, spoken, session_id))
-        guess = self.guesses[session_id] = Guess(session_id, question, spoken, settled, research)
+        guess = self.guesses[session_id] = Guess(session_id, question, spoken, settled, research,
+                                                 batches=earlier.batches if earlier is not None else [])
         task = loop.create_task(self._prefill(guess, instructions, offer))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -174,8 +177,14 @@ class Preemptions:
         if not guess.settled:  # the evidence, and the separator the question will follow
             asked = {**asked, "content": asked["content"].removesuffix(guess.question)}
         guess.history, guess.tools = history, offer.native
+        done = [0]  # what this prefill has evaluated so far: `progress` tells it cumulatively
+
+        def batch_ended(evaluated: int) -> None:
+            guess.batches.append((time.perf_counter(), evaluated - done[0]))
+            done[0] = evaluated
+
         self.llm.prefill([*history, asked], offer.native, stop=lambda: self._must_stop(guess), batch=GUESS_BATCH,
-                         progress=lambda n: guess.batches.append((time.perf_counter(), n)))
+                         progress=batch_ended)
 
     def _must_stop(self, guess: Guess) -> bool:
         """Between batches (in the worker thread): wait while whisper drafts, then stop if the guess
