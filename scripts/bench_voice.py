@@ -202,8 +202,9 @@ class Floor:
     def measure(self, clip: bytes, depth: int, new: int, ahead: int, draft: bool, sentence: str) -> dict:
         """The turn's floor as work after release: whisper unless a draft made while the key was
         held was the transcript, prefill of the `new` tokens left at release, decode and Piper. The
-        old floor counts whisper and, with the `ahead` tokens evaluated before release, the prefill
-        of everything the turn added, as if nothing were done while the key was held."""
+        old floor counts whisper and, with the `ahead` tokens the prompt read from guesses made
+        before release, the prefill of everything the turn added, as if nothing were done while the
+        key was held."""
         started = time.perf_counter()
         heard = self.stt.transcribe(clip, RATE).text
         stt_ms = (time.perf_counter() - started) * 1000
@@ -280,7 +281,9 @@ def main() -> None:
         server.idle(timeout=900)
         theirs = {"first_audio": float("nan"), "prompt": 0, "cached": 0, "heard": ""} if args.no_peer else \
             peer.turn(clip)
-        base = floor.measure(clip, ours["cached"], ours["new"], ours["ahead"], ours["draft"], ours["first_sentence"])
+        # Of the guesses' tokens, those this prompt read: past the last prompt, within what was cached.
+        used = max(0, min(ours["ahead"], ours["cached"] - (rows[-1][0]["prompt"] if rows else 0)))
+        base = floor.measure(clip, ours["cached"], ours["new"], used, ours["draft"], ours["first_sentence"])
         rows.append((ours, theirs, base))
         stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
         # Tokens evaluated before release: p, the guess was the question; x, it was not; -, no guess.

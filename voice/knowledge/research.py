@@ -13,8 +13,10 @@ the knowledge base's passages.
   answers again with the results.
 - `off`: no research.
 
-The model reads an `auto` search without its query (`compact_calls`): the query is the question
-just before it.
+The model reads an `auto` search as its results followed by the question, in the question's own
+message (`compact_calls` marks such a search by dropping its query, which is the question;
+`evidence_first` folds it after fitting): the evidence leads, so it can be evaluated while the
+question is still being spoken.
 
 A spoken answer is two or three sentences, and every token of evidence is prefill the listener
 waits for: a spoken turn's results are cut to the sentences that bear on the question
@@ -121,10 +123,10 @@ class Research:
 
 
 def compact_calls(messages: list[dict]) -> list[dict]:
-    """The messages as the model reads them: a search the `auto` policy ran with the question right
+    """The messages as fitting measures them: a search the `auto` policy ran with the question right
     before it as its query shows no query (it is that question: 19 tokens for the call instead of
-    31 to 33 for the bench's questions). Stored exchanges keep their query; a message renders the same in every
-    prompt, so the prompt's prefix stays stable from turn to turn."""
+    31 to 33 for the bench's questions), which marks it for `evidence_first`. Stored exchanges keep
+    their query."""
     compacted, question = [], None
     for message in messages:
         calls = message.get("tool_calls") or []
