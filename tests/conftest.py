@@ -43,20 +43,25 @@ def speech(tts, stt):
     as "Biscayne"): a rendering is used only once whisper hears its words, as a person would have
     said them clearly, so tests about what follows do not fail on a mumbled question.
     """
-    cache: dict[str, bytes] = {}
+    cache: dict[tuple[str, bytes, str], bytes] = {}
 
     def words(text: str) -> list[str]:
         return re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
 
-    def make(text: str) -> bytes:
-        if text not in cache:
+    def make(text: str, after: bytes = b"", hotwords: str = "") -> bytes:
+        """`after`: audio this sentence follows in one buffer, `hotwords`: the server's (a knowledge
+        base's names). Whisper hears a sentence differently after other words and with hotwords, so
+        the rendering is chosen by how the server will hear it."""
+        key = (text, after, hotwords)
+        if key not in cache:
             for _attempt in range(5):
-                cache[text] = b"".join(tts.synthesize(text, rate=24_000))
-                if words(stt.transcribe(cache[text], sample_rate=24_000).text) == words(text):
+                cache[key] = b"".join(tts.synthesize(text, rate=24_000))
+                heard = words(stt.transcribe(after + cache[key], sample_rate=24_000, hotwords=hotwords).text)
+                if heard[len(heard) - len(words(text)):] == words(text):
                     break
             else:  # used all the same (numbers are heard as digits), but said in the test report
                 warnings.warn(f"whisper heard none of 5 Piper renderings of {text!r} word for word")
-        return cache[text]
+        return cache[key]
 
     return make
 

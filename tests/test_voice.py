@@ -430,10 +430,12 @@ def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answe
     server = make_server()
     client = Client(server.url())
     guessed = "Who is the harbour master?"
-    hold_key(client, speech(guessed) + bytes(48 * 2500))
+    held = speech(guessed) + bytes(48 * 2500)
+    went_on = speech("And how much do tickets cost?", after=held, hotwords=server.service.hotwords)
+    hold_key(client, held)
     guess = server.service.engine.preemptions.guesses[client.session_id]
     assert "master" in words(guess.question) and guess.evaluated > 0
-    client.append_audio(speech("And how much do tickets cost?"))  # the user went on: sent at once, no draft
+    client.append_audio(went_on)  # the user went on: sent at once, no draft
     client.send({"type": "input_audio_buffer.commit"})
     client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
     events = client.until("response.done")
