@@ -4,6 +4,10 @@
 16 kHz whisper expects and returns the text with how long it took. Silence and empty audio give an
 empty transcript rather than an exception (whisper invents words on silence, so quiet input is never
 decoded at all).
+
+A question of a few seconds is encoded in a 15-second window rather than whisper's 30
+(`short_window`): the encoder's attention grows with the square of its window, so a draft takes
+less than half the time, with the same words.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from models.audio import RATE, as_samples, resample
 WHISPER_RATE = 16_000
 # Peak level below which audio counts as silence (about -50 dBFS).
 SILENCE_PEAK = 0.003
+# Whisper's window for speech up to SHORT_SPEECH_FRAMES (10 ms each). Measured on tiny.en with 36
+# spoken questions: a 15 s window hears them as well as 30 s (word error 0.120 against 0.124) in
+# 0.18 s a draft against 0.44. A 10 s window was faster still (0.15 s) but repeated itself on 4 of
+# 45 drafts cut mid-word with a knowledge base's hotwords ("Who is the harbor mass? Who is the
+# harbor mass?"), 15 s on none of 133; windows under 10 s repeated for up to 17 s.
+SHORT_WINDOW_FRAMES = 1500
+SHORT_SPEECH_FRAMES = 900
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,8 @@ class SpeechToText:
 
         self.path = Path(model_dir)
         self.language = language
-        self._model = WhisperModel(str(self.path), device="cpu", compute_type="int8", cpu_threads=threads)
+        self._model = short_window(WhisperModel)(str(self.path), device="cpu", compute_type="int8",
+                                                 cpu_threads=threads)
         self._lock = threading.Lock()
 
     def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = RATE, hotwords: str = "") -> Transcript:
@@ -69,3 +81,22 @@ class SpeechToText:
         if samples.size == 0 or float(np.max(np.abs(samples))) < SILENCE_PEAK:
             return False
         return bool(get_speech_timestamps(samples, VadOptions()))
+
+
+def short_window(whisper_model: type) -> type:
+    """faster-whisper's WhisperModel, encoding short speech in a SHORT_WINDOW_FRAMES window.
+
+    faster-whisper pads every segment's log-mel features with zeros to 3,000 frames (30 s) before
+    `encode`; an all-zero column is that padding, never audio (a log-mel frame of silence is -1.5).
+    Only the encoder's input changes: the decoder reads a shorter encoding, as CTranslate2 allows.
+    """
+
+    class ShortWindow(whisper_model):
+        def encode(self, features: np.ndarray):
+            heard = np.flatnonzero(np.any(features != 0, axis=-2).reshape(-1))
+            speech_frames = int(heard[-1]) + 1 if heard.size else 0
+            if speech_frames <= SHORT_SPEECH_FRAMES and features.shape[-1] > SHORT_WINDOW_FRAMES:
+                features = np.ascontiguousarray(features[..., :SHORT_WINDOW_FRAMES])
+            return super().encode(features)
+
+    return ShortWindow

@@ -31,6 +31,22 @@ def test_whisper_hears_what_piper_says(tts, stt, sentence):
     assert jiwer.wer(words(sentence), words(transcript.text)) <= 0.10, transcript.text
 
 
+def test_short_speech_is_encoded_in_a_fifteen_second_window_and_long_speech_in_thirty(tts, stt, monkeypatch):
+    from faster_whisper import WhisperModel
+
+    windows = []
+    encode = WhisperModel.encode
+    monkeypatch.setattr(WhisperModel, "encode", lambda model, features: windows.append(features.shape[-1])
+                        or encode(model, features))
+    short = b"".join(tts.synthesize(SENTENCES[0]))
+    assert jiwer.wer(words(SENTENCES[0]), words(stt.transcribe(short, sample_rate=24_000).text)) <= 0.10
+    assert windows == [1500]
+    long = " ".join([*SENTENCES, SENTENCES[0]])  # about 11 s of speech
+    heard = stt.transcribe(b"".join(tts.synthesize(long)), sample_rate=24_000).text
+    assert jiwer.wer(words(long), words(heard)) <= 0.10, heard
+    assert windows[1:] == [3000]
+
+
 def test_synthesis_is_resampled_to_the_requested_rate(tts):
     assert tts.native_rate == 22_050
     chunks = list(tts.synthesize("Resampling keeps the duration.", rate=24_000))
