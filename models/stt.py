@@ -24,13 +24,15 @@ from models.audio import RATE, as_samples, resample
 WHISPER_RATE = 16_000
 # Peak level below which audio counts as silence (about -50 dBFS).
 SILENCE_PEAK = 0.003
-# Whisper's window for speech up to SHORT_SPEECH_FRAMES (10 ms each). Measured on tiny.en with 36
+# Whisper's window (frames of 10 ms) for audio up to SHORT_AUDIO_S. Measured on tiny.en with 36
 # spoken questions: a 15 s window hears them as well as 30 s (word error 0.120 against 0.124) in
 # 0.18 s a draft against 0.44. A 10 s window was faster still (0.15 s) but repeated itself on 4 of
 # 45 drafts cut mid-word with a knowledge base's hotwords ("Who is the harbor mass? Who is the
 # harbor mass?"), 15 s on none of 133; windows under 10 s repeated for up to 17 s.
 SHORT_WINDOW_FRAMES = 1500
-SHORT_SPEECH_FRAMES = 900
+SHORT_AUDIO_S = 9.0
+SHORT_MAX_TOKENS = 100  # 9 s of speech is about 40 tokens
+REPEATING_RATIO = 2.4  # faster-whisper's compression ratio over which text is a loop
 
 
 @dataclass(frozen=True)
@@ -61,17 +63,31 @@ class SpeechToText:
         if samples.size == 0 or float(np.max(np.abs(samples))) < SILENCE_PEAK:
             return Transcript("", time.perf_counter() - started, audio_seconds)
         with self._lock:
-            segments, _info = self._model.transcribe(
-                samples,
-                language=self.language,
-                beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
-                vad_filter=True,
-                condition_on_previous_text=False,
-                without_timestamps=True,
-                hotwords=hotwords or None,
-            )
-            text = " ".join(segment.text.strip() for segment in segments).strip()
+            text, repeated = self._decode(samples, hotwords, short=audio_seconds <= SHORT_AUDIO_S)
+            if repeated:  # whisper looped in the short window: heard again as whisper usually hears
+                text, _ = self._decode(samples, hotwords, short=False)
         return Transcript(text, time.perf_counter() - started, audio_seconds)
+
+    def _decode(self, samples: np.ndarray, hotwords: str, short: bool) -> tuple[str, bool]:
+        """The text, and whether whisper repeated itself. `short`: in the short window (audio of up
+        to SHORT_AUDIO_S), greedy only and at most SHORT_MAX_TOKENS (a loop ends there, not at 448 tokens
+        decoded again at five temperatures); otherwise faster-whisper's usual decode."""
+        self._model.short = short
+        fallback = {"temperature": 0.0, "max_new_tokens": SHORT_MAX_TOKENS} if short else {}
+        segments, _info = self._model.transcribe(
+            samples,
+            language=self.language,
+            beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
+            vad_filter=True,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            hotwords=hotwords or None,
+            **fallback,
+        )
+        segments = list(segments)
+        repeated = any(segment.compression_ratio > REPEATING_RATIO or len(segment.tokens) >= SHORT_MAX_TOKENS
+                       for segment in segments)
+        return " ".join(segment.text.strip() for segment in segments).strip(), short and repeated
 
     def has_speech(self, audio: bytes | np.ndarray, sample_rate: int = RATE) -> bool:
         """Whether the Silero VAD that filters whisper's input hears speech in `audio`."""
@@ -84,18 +100,18 @@ class SpeechToText:
 
 
 def short_window(whisper_model: type) -> type:
-    """faster-whisper's WhisperModel, encoding short speech in a SHORT_WINDOW_FRAMES window.
+    """faster-whisper's WhisperModel, encoding in a SHORT_WINDOW_FRAMES window while `short` is set.
 
-    faster-whisper pads every segment's log-mel features with zeros to 3,000 frames (30 s) before
-    `encode`; an all-zero column is that padding, never audio (a log-mel frame of silence is -1.5).
-    Only the encoder's input changes: the decoder reads a shorter encoding, as CTranslate2 allows.
+    faster-whisper pads every segment's log-mel features to 3,000 frames (30 s) before `encode`;
+    with audio of at most SHORT_AUDIO_S all speech lies in the first SHORT_WINDOW_FRAMES. Only the
+    encoder's input changes: the decoder reads a shorter encoding, as CTranslate2 allows.
     """
 
     class ShortWindow(whisper_model):
+        short = False  # set for each call, holding the SpeechToText's lock
+
         def encode(self, features: np.ndarray):
-            heard = np.flatnonzero(np.any(features != 0, axis=-2).reshape(-1))
-            speech_frames = int(heard[-1]) + 1 if heard.size else 0
-            if speech_frames <= SHORT_SPEECH_FRAMES and features.shape[-1] > SHORT_WINDOW_FRAMES:
+            if self.short:
                 features = np.ascontiguousarray(features[..., :SHORT_WINDOW_FRAMES])
             return super().encode(features)
 
