@@ -69,11 +69,12 @@ class SpeechToText:
         return Transcript(text, time.perf_counter() - started, audio_seconds)
 
     def _decode(self, samples: np.ndarray, hotwords: str, short: bool) -> tuple[str, bool]:
-        """The text, and whether whisper repeated itself. `short`: in the short window (audio of up
-        to SHORT_AUDIO_S), greedy only and at most SHORT_MAX_TOKENS (a loop ends there, not at 448 tokens
-        decoded again at five temperatures); otherwise faster-whisper's usual decode."""
+        """The text, and whether it loops. `short`: in the short window (audio of up to
+        SHORT_AUDIO_S), greedy only and at most SHORT_MAX_TOKENS (a loop ends there, not at 448
+        tokens decoded again at five temperatures); otherwise faster-whisper's usual decode, which
+        is never called a loop."""
         self._model.short = short
-        fallback = {"temperature": 0.0, "max_new_tokens": SHORT_MAX_TOKENS} if short else {}
+        bounded = {"temperature": 0.0, "max_new_tokens": SHORT_MAX_TOKENS} if short else {}
         segments, _info = self._model.transcribe(
             samples,
             language=self.language,
@@ -82,12 +83,12 @@ class SpeechToText:
             condition_on_previous_text=False,
             without_timestamps=True,
             hotwords=hotwords or None,
-            **fallback,
+            **bounded,
         )
         segments = list(segments)
-        repeated = any(segment.compression_ratio > REPEATING_RATIO or len(segment.tokens) >= SHORT_MAX_TOKENS
-                       for segment in segments)
-        return " ".join(segment.text.strip() for segment in segments).strip(), short and repeated
+        text = " ".join(segment.text.strip() for segment in segments).strip()
+        return text, short and any(segment.compression_ratio > REPEATING_RATIO
+                                   or len(segment.tokens) >= SHORT_MAX_TOKENS for segment in segments)
 
     def has_speech(self, audio: bytes | np.ndarray, sample_rate: int = RATE) -> bool:
         """Whether the Silero VAD that filters whisper's input hears speech in `audio`."""
