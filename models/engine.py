@@ -24,6 +24,7 @@ from pathlib import Path
 
 # The load is process-wide state while llama-cpp-python reads the default parameters.
 _defaults_lock = threading.Lock()
+KV_CACHE_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's numbers for them (ggml.h, enum ggml_type)
 
 
 class EngineRefused(ValueError):
@@ -37,6 +38,7 @@ class EngineSettings:
     repack: bool = False  # llama.cpp's extra buffer types: weights repacked for AMX or wide SIMD
     ubatch: int = 512  # tokens evaluated per micro-batch during prefill
     flash_attention: bool = False
+    kv_cache: str = "f16"  # the K and V cache cells' type: "f16", "bf16", or "q8_0" (needs flash attention)
     threads: int = 1  # while decoding, one token at a time
     threads_batch: int = 1  # while evaluating a prompt
 
@@ -47,7 +49,7 @@ class EngineSettings:
 
     def describe(self) -> str:
         return (f"repacking {'on' if self.repack else 'off'}, micro-batch {self.ubatch}, flash attention "
-                f"{'on' if self.flash_attention else 'off'}, {self.threads} threads decoding / "
+                f"{'on' if self.flash_attention else 'off'}, {self.kv_cache} cache, {self.threads} threads decoding / "
                 f"{self.threads_batch} evaluating prompts")
 
     def as_json(self) -> dict:
@@ -124,7 +126,7 @@ def open_llama(path: Path, settings: EngineSettings, context: int, vocab_only: b
         llm = Llama(
             model_path=str(path), n_ctx=context, n_threads=settings.threads, n_threads_batch=settings.threads_batch,
             n_batch=512, n_ubatch=settings.ubatch, flash_attn=settings.flash_attention, seed=seed, verbose=False,
-            vocab_only=vocab_only,
+            vocab_only=vocab_only, type_k=KV_CACHE_TYPES[settings.kv_cache], type_v=KV_CACHE_TYPES[settings.kv_cache],
         )
     if bool(llm.model_params.use_extra_bufts) != settings.repack:  # a llama-cpp-python that builds them otherwise
         raise EngineRefused(f"llama-cpp-python did not take use_extra_bufts={settings.repack}: loading {path.name} "

