@@ -5,8 +5,9 @@ For every installed profile and configuration it loads the GGUF in a child proce
 row that says so, not a dead benchmark), then evaluates license text into an 8,192-token context in
 batches, timing the batches that start at depths 0, 2,000 and 6,000 (prefill tokens/s at each
 depth), and evaluates 32 tokens one at a time after the first and after the last batch (decode
-tokens/s, shallow and deep), and then one batch each of 16, 32 and 128 tokens at that depth (ms). It prints the CPU, llama.cpp's system line, one table per profile and
-which configuration is Parlour's default (models.engine.EngineSettings).
+tokens/s, shallow and deep), and then one batch each of 16, 32 and 128 tokens at that depth (ms).
+It prints the CPU, llama.cpp's system line, one table per profile and which configuration is
+Parlour's default (models.engine.EngineSettings).
 
 Run: .venv/bin/python scripts/bench_engine.py [--profiles qwen2.5-coder-1.5b,...] [--configs default,ubatch-128]
 It prints figures; it asserts nothing.
