@@ -196,7 +196,10 @@ def test_two_clients_at_once_are_both_answered(server):
         thread.start()
     for thread in threads:
         thread.join(300)
-    assert {name: r["status"] for name, r in results.items()} == {"Ann": "completed", "Bob": "completed"}
+    # Both answered: whole, or cut at the short max_output_tokens when the model greets at length.
+    statuses = {name: r["status"] for name, r in results.items()}
+    assert set(statuses) == {"Ann", "Bob"} and all(status in ANSWERED for status in statuses.values()), statuses
+    assert all(r["output"][0]["content"][0]["text"].strip() for r in results.values())
     waits = sorted(int(r["metadata"]["queue_ms"]) for r in results.values())
     assert waits[1] > 0  # one waited its turn for the single model
 
