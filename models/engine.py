@@ -122,11 +122,12 @@ def open_llama(path: Path, settings: EngineSettings, context: int, vocab_only: b
     """A `llama_cpp.Llama` for the GGUF at `path`, loaded and run as `settings` say."""
     from llama_cpp import Llama
 
+    cache = KV_CACHE_TYPES[settings.kv_cache]
     with loading_with(settings, refuse_unsafe):
         llm = Llama(
             model_path=str(path), n_ctx=context, n_threads=settings.threads, n_threads_batch=settings.threads_batch,
             n_batch=512, n_ubatch=settings.ubatch, flash_attn=settings.flash_attention, seed=seed, verbose=False,
-            vocab_only=vocab_only, type_k=KV_CACHE_TYPES[settings.kv_cache], type_v=KV_CACHE_TYPES[settings.kv_cache],
+            vocab_only=vocab_only, type_k=cache, type_v=cache,
         )
     if bool(llm.model_params.use_extra_bufts) != settings.repack:  # a llama-cpp-python that builds them otherwise
         raise EngineRefused(f"llama-cpp-python did not take use_extra_bufts={settings.repack}: loading {path.name} "
