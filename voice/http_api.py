@@ -19,6 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from voice.validation import json_value
+
 log = logging.getLogger("parlour")
 IDLE_SECONDS = 120  # a keep-alive connection with no new request for this long is closed
 KEY_PROTOCOL = "openai-insecure-api-key."  # how browsers' websocket clients present a key
@@ -43,8 +45,8 @@ class Request:
     def json(self) -> object:
         """The body as JSON; `ValueError` with a plain message if it is not."""
         try:
-            return json.loads(self.body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return json_value(self.body or b"null")
+        except ValueError as error:
             raise ValueError(f"the request body is not JSON: {error}") from None
 
 

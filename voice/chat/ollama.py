@@ -12,7 +12,10 @@ import json
 import time
 from datetime import datetime, timezone
 
-from voice.chat.turn import BadRequest, ChatRequest
+import ollama as ollama_types
+import pydantic
+
+from voice.chat.turn import BadRequest, ChatRequest, validated
 from voice.turns.figures import TurnFigures
 from voice.turns.events import Calls, Delta
 
@@ -23,62 +26,69 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _message(raw: object) -> dict:
-    if not isinstance(raw, dict) or raw.get("role") not in ROLES:
-        raise BadRequest(f"a message must be an object with a role of {', '.join(ROLES)}: {str(raw)[:80]}")
-    if raw.get("images"):
-        raise BadRequest("images are not supported: the model reads text")
-    content = raw.get("content")
-    if content is not None and not isinstance(content, str):
-        raise BadRequest("a message's content must be text")
-    message: dict = {"role": raw["role"], "content": content or ""}
-    if raw["role"] == "assistant" and raw.get("tool_calls"):
-        calls = []
-        for call in raw["tool_calls"]:
-            function = (call or {}).get("function") or {}
-            if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments", {}), dict):
-                raise BadRequest("a tool call needs a function name and arguments as an object")
-            calls.append({"id": call.get("id") or "", "type": "function",
-                          "function": {"name": function["name"],
-                                       "arguments": json.dumps(function.get("arguments") or {}, ensure_ascii=False)}})
-        message["tool_calls"] = calls
-    if raw["role"] == "tool" and raw.get("tool_call_id"):
-        message["tool_call_id"] = raw["tool_call_id"]
-    return message
+class ChatBody(pydantic.BaseModel):
+    """A `/api/chat` body, typed with the `ollama` package's own `Message`, `Tool` and `Options`:
+    its `ChatRequest` takes any mapping for a message or the options, and so checks neither."""
+
+    model: str = pydantic.Field(min_length=1)
+    messages: list[ollama_types.Message] | None = None
+    tools: list[ollama_types.Tool] | None = None
+    options: ollama_types.Options | None = None
+    stream: bool | None = None
+    keep_alive: float | str | None = None  # the model is always loaded
+    think: bool | str | None = None  # the models here do not think aloud
+    format: str | dict | None = None  # replies are not constrained to a format
 
 
 def chat_request(body: object) -> ChatRequest:
     """A `/api/chat` body. `options.num_ctx` below the service's context is the context the prompt
-    and reply are fitted into; `keep_alive`, `think` and `format` are accepted (the model is
-    always loaded, and replies are not constrained to a format)."""
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        raise BadRequest("the request needs a model")
-    messages = body.get("messages") or []
-    if not isinstance(messages, list):
-        raise BadRequest("messages must be a list")
-    options = body.get("options") or {}
-    tools = body.get("tools") or []
-    if not isinstance(options, dict) or not isinstance(tools, list):
-        raise BadRequest("options must be an object and tools a list")
-    for tool in tools:
-        if not isinstance(tool, dict) or not isinstance((tool.get("function") or {}).get("name"), str):
-            raise BadRequest("a tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}")
-    predict, window = options.get("num_predict"), options.get("num_ctx")
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise BadRequest("options.num_ctx must be a positive integer")
-    temperature = options.get("temperature")
-    if temperature is not None and not isinstance(temperature, (int, float)):
-        raise BadRequest("options.temperature must be a number")
-    parsed = [_message(m) for m in messages]
+    and reply are fitted into."""
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        for n, raw in enumerate(body["messages"]):
+            if isinstance(raw, dict) and raw.get("images"):
+                raise BadRequest(f"messages.{n}.images: images are not supported: the model reads text",
+                                 f"messages.{n}.images")
+    chat = validated(ChatBody, body)
+    options = chat.options or ollama_types.Options()
+    if options.num_ctx is not None and options.num_ctx < 1:
+        raise BadRequest("options.num_ctx: must be a positive integer", "options.num_ctx")
+    tools = [_tool(n, tool, body["tools"][n]) for n, tool in enumerate(chat.tools or [])]
+    parsed = [_message(n, message, body["messages"][n]) for n, message in enumerate(chat.messages or [])]
     # Ollama's API is Home Assistant's door: its earlier commands leave the prompt (voice.turns.engine).
     # Home Assistant's prompt names the device's area, its exposed entities and its instructions:
     # the same prompt is the same device, whose memory outlasts the conversation (voice.chat.thread).
     system = parsed[0]["content"] if parsed and parsed[0]["role"] == "system" else ""
-    return ChatRequest(body["model"], parsed, [{"type": "function", "function": t["function"]} for t in tools],
-                       "auto" if tools else None, body.get("stream", True) is not False,
-                       predict if isinstance(predict, int) and predict > 0 else None,
-                       float(temperature) if temperature is not None else None,
-                       device=_device(system) if system else None, earlier_calls=False, context=window)
+    predict = options.num_predict
+    return ChatRequest(chat.model, parsed, tools, "auto" if tools else None, chat.stream is not False,
+                       predict if predict is not None and predict > 0 else None, options.temperature,
+                       device=_device(system) if system else None, earlier_calls=False, context=options.num_ctx)
+
+
+def _tool(n: int, tool: ollama_types.Tool, raw: dict) -> dict:
+    """The tool as the client wrote it (its schema whole), once its shape is known to be right."""
+    if tool.type not in (None, "function") or tool.function is None or not tool.function.name:
+        raise BadRequest(f'tools.{n}: a tool must be {{"type": "function", "function": {{"name": ...}}}}', f"tools.{n}")
+    return {"type": "function", "function": raw["function"]}
+
+
+def _message(n: int, message: ollama_types.Message, raw: dict) -> dict:
+    if message.role not in ROLES:
+        raise BadRequest(f"messages.{n}.role: must be one of {', '.join(ROLES)}", f"messages.{n}.role")
+    parsed: dict = {"role": message.role, "content": message.content or ""}
+    if message.role == "assistant" and message.tool_calls:
+        parsed["tool_calls"] = [
+            {"id": _text(raw["tool_calls"][i].get("id")), "type": "function",
+             "function": {"name": call.function.name,
+                          "arguments": json.dumps(dict(call.function.arguments), ensure_ascii=False)}}
+            for i, call in enumerate(message.tool_calls)]
+    if message.role == "tool" and _text(raw.get("tool_call_id")):
+        parsed["tool_call_id"] = raw["tool_call_id"]
+    return parsed
+
+
+def _text(value: object) -> str:
+    """An id a client may give (Ollama's API has none): text, or nothing."""
+    return value if isinstance(value, str) else ""
 
 
 def _device(system: str) -> str:

@@ -12,69 +12,86 @@ import json
 import time
 import uuid
 
-from voice.chat.turn import BadRequest, ChatRequest
+import pydantic
+from openai.types import chat as chat_types
+from openai.types.chat import completion_create_params
+
+from voice.chat.turn import BadRequest, ChatRequest, validated
 from voice.turns.figures import TurnFigures
 from voice.turns.events import Calls, Delta
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
+class _Body(completion_create_params.CompletionCreateParamsBase, total=False):
+    stream: bool | None  # the package types it apart, in its streaming and non-streaming bodies
 
 
-def _text(content: object) -> str:
-    """A message's content: text, or a list of text parts."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        if any(p.get("type") != "text" for p in content):
-            raise BadRequest("only text content is supported: the model reads text")
-        return "".join(str(p.get("text") or "") for p in content)
-    raise BadRequest("a message's content must be text or a list of text parts")
-
-
-def _message(raw: object) -> dict:
-    if not isinstance(raw, dict) or raw.get("role") not in ROLES:
-        raise BadRequest(f"a message must be an object with a role of {', '.join(ROLES)}: {str(raw)[:80]}")
-    role = "system" if raw["role"] == "developer" else raw["role"]
-    message: dict = {"role": role, "content": _text(raw.get("content"))}
-    if role == "assistant" and raw.get("tool_calls"):
-        calls = []
-        for call in raw["tool_calls"]:
-            function = (call or {}).get("function") or {}
-            if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments", ""), str):
-                raise BadRequest("a tool call needs a function name and its arguments as JSON text")
-            calls.append({"id": call.get("id") or "", "type": "function",
-                          "function": {"name": function["name"], "arguments": function.get("arguments") or "{}"}})
-        message["tool_calls"] = calls
-    if role == "tool":
-        message["tool_call_id"] = raw.get("tool_call_id") or ""
-    return message
+_BODY = pydantic.TypeAdapter(_Body)
+# Each message is typed by its role, so an error names what is wrong with that role's message
+# rather than with whichever member of the package's union got furthest.
+_MESSAGES = {role: pydantic.TypeAdapter(kind) for role, kind in (
+    ("system", chat_types.ChatCompletionSystemMessageParam),
+    ("developer", chat_types.ChatCompletionDeveloperMessageParam),
+    ("user", chat_types.ChatCompletionUserMessageParam),
+    ("assistant", chat_types.ChatCompletionAssistantMessageParam),
+    ("tool", chat_types.ChatCompletionToolMessageParam))}
+ROLES = tuple(_MESSAGES)
 
 
 def chat_request(body: object) -> ChatRequest:
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        raise BadRequest("the request needs a model")
-    if not isinstance(body.get("messages"), list) or not body["messages"]:
-        raise BadRequest("messages must be a non-empty list")
-    tools = body.get("tools") or []
-    if not isinstance(tools, list) or any(not isinstance(t, dict) or t.get("type") != "function"
-                                          or not isinstance((t.get("function") or {}).get("name"), str) for t in tools):
-        raise BadRequest("tools must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}")
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):  # {"type": "function", "function": {"name": ...}}: the engine's shape
-        choice = {"type": "function", "name": (choice.get("function") or {}).get("name")}
-    elif choice not in (None, "auto", "none", "required"):
-        raise BadRequest("tool_choice must be auto, none, required or a function")
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise BadRequest("max_tokens must be a positive integer")
-    temperature = body.get("temperature")
-    if temperature is not None and not isinstance(temperature, (int, float)):
-        raise BadRequest("temperature must be a number")
-    user = body.get("user")
-    return ChatRequest(body["model"], [_message(m) for m in body["messages"]],
-                       [{"type": "function", "function": t["function"]} for t in tools], choice,
-                       bool(body.get("stream")), limit, float(temperature) if temperature is not None else None,
-                       device=f"openai-user:{user}" if isinstance(user, str) and user else None,
-                       include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+    """A `/v1/chat/completions` body, typed with the `openai` package's own request types."""
+    if isinstance(body, dict) and not (isinstance(body.get("messages"), list) and body["messages"]):
+        raise BadRequest("messages: must be a non-empty list", "messages")
+    params = validated(_BODY, {**body, "messages": []} if isinstance(body, dict) else body)
+    messages = [_message(n, raw) for n, raw in enumerate(body["messages"])]
+    tools = params.get("tools") or []
+    if not isinstance(body.get("tools") or [], list) or any(t.get("type") != "function" for t in tools):
+        raise BadRequest('tools: must be a list of {"type": "function", "function": {"name": ...}}', "tools")
+    limit_field = "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
+    limit = params.get(limit_field)
+    if limit is not None and limit < 1:
+        raise BadRequest(f"{limit_field}: must be a positive integer", limit_field)
+    user = params.get("user")
+    return ChatRequest(params["model"], messages, [{"type": "function", "function": body["tools"][n]["function"]}
+                                                  for n in range(len(tools))],
+                       _tool_choice(params.get("tool_choice")), bool(params.get("stream")), limit,
+                       params.get("temperature"), device=f"openai-user:{user}" if user else None,
+                       include_usage=bool((params.get("stream_options") or {}).get("include_usage")))
+
+
+def _tool_choice(choice: object) -> str | dict | None:
+    if choice is None or isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function":  # {"type": "function", "function": {"name": ...}}: the engine's shape
+        return {"type": "function", "name": choice["function"]["name"]}
+    raise BadRequest("tool_choice: must be auto, none, required or a function", "tool_choice")
+
+
+def _message(n: int, raw: object) -> dict:
+    role = raw.get("role") if isinstance(raw, dict) else None
+    if not isinstance(role, str) or role not in _MESSAGES:
+        raise BadRequest(f"messages.{n}.role: must be one of {', '.join(ROLES)}", f"messages.{n}.role")
+    given = validated(_MESSAGES[role], raw, f"messages.{n}")
+    role = "system" if role == "developer" else role
+    message: dict = {"role": role, "content": _text(n, given.get("content"))}
+    if role == "assistant" and given.get("tool_calls"):
+        if any(call["type"] != "function" for call in given["tool_calls"]):
+            raise BadRequest(f"messages.{n}.tool_calls: only function calls are supported", f"messages.{n}.tool_calls")
+        message["tool_calls"] = [{"id": call["id"], "type": "function",
+                                  "function": {"name": call["function"]["name"],
+                                               "arguments": call["function"]["arguments"] or "{}"}}
+                                 for call in given["tool_calls"]]
+    if role == "tool":
+        message["tool_call_id"] = given["tool_call_id"]
+    return message
+
+
+def _text(n: int, content: object) -> str:
+    """A message's content: text, or text parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if any(part.get("type") != "text" for part in content):
+        raise BadRequest(f"messages.{n}.content: only text is supported: the model reads text",
+                         f"messages.{n}.content")
+    return "".join(part["text"] for part in content)
 
 
 class Completion:
@@ -125,8 +142,8 @@ def usage(figures: TurnFigures) -> dict:
             "prompt_tokens_details": {"cached_tokens": figures.cached_tokens or 0}}
 
 
-def error(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def error(message: str, kind: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def event(data: dict | str) -> bytes:

@@ -28,12 +28,19 @@ _METHODS = {"/api/version": "GET", "/api/tags": "GET", "/api/ps": "GET", "/v1/mo
 # The errors a turn can meet, with the status each API answers them with.
 _TURN_STATUS = {"server_busy": HTTPStatus.SERVICE_UNAVAILABLE, "cannot_respond": HTTPStatus.BAD_REQUEST,
                 "model_server_error": HTTPStatus.BAD_GATEWAY}
-_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST, LookupError: HTTPStatus.NOT_FOUND,
+_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST,
              **{kind: _TURN_STATUS[code] for kind, code in TURN_PROBLEMS.items()}}
 
 
 def _status(problem: Exception) -> HTTPStatus:
+    if isinstance(problem, BadRequest):
+        return problem.status
     return next(status for kind, status in _PROBLEMS.items() if isinstance(problem, kind))
+
+
+def _unknown_model(name: object, served: str) -> BadRequest:
+    return BadRequest(f"model '{name}' not found: this service serves {served}, and downloads nothing",
+                      "model", HTTPStatus.NOT_FOUND)
 
 
 def _served(name: str) -> bool:
@@ -43,9 +50,10 @@ def _served(name: str) -> bool:
 async def serve(service, request: http_api.Request) -> http_api.Reply:
     is_ollama = request.path.startswith("/api/")
 
-    def refuse(status: HTTPStatus, message: str) -> http_api.Reply:
+    def refuse(status: HTTPStatus, message: str, param: str | None = None) -> http_api.Reply:
         return http_api.json_reply(status, ollama.error(message) if is_ollama else openai_chat.error(
-            message, "authentication_error" if status == HTTPStatus.UNAUTHORIZED else "invalid_request_error"))
+            message, "authentication_error" if status == HTTPStatus.UNAUTHORIZED else "invalid_request_error",
+            param=param))
 
     owner = service.owner_of_key(http_api.presented_key(request.header("authorization") or ""))
     if owner is None:
@@ -54,7 +62,7 @@ async def serve(service, request: http_api.Request) -> http_api.Reply:
     if request.method != method:
         return refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.path} takes {method}")
     try:
-        body = request.json() if method == "POST" else None
+        body = _body(request) if method == "POST" else None
         if request.path == "/api/version":
             from importlib.metadata import version
 
@@ -65,10 +73,11 @@ async def serve(service, request: http_api.Request) -> http_api.Reply:
             return http_api.json_reply(HTTPStatus.OK, {"object": "list", "data": [
                 {"id": MODEL, "object": "model", "created": int(service.started), "owned_by": "parlour"}]})
         if request.path in ("/api/show", "/api/pull"):
-            name = (body or {}).get("model") or (body or {}).get("name") if isinstance(body, dict) else None
+            if not isinstance(body, dict):
+                raise BadRequest("the body must be an object naming a model", "body")
+            name = body.get("model") or body.get("name")
             if not isinstance(name, str) or not _served(name):
-                raise LookupError(f"model '{name}' not found: this service serves {OLLAMA_MODEL}, "
-                                  "and downloads nothing")
+                raise _unknown_model(name, OLLAMA_MODEL)
             if request.path == "/api/show":
                 return http_api.json_reply(HTTPStatus.OK, _show(service))
             if body.get("stream", True) is False:
@@ -78,9 +87,15 @@ async def serve(service, request: http_api.Request) -> http_api.Reply:
         if request.path == "/api/chat":
             return await _chat(service, owner, ollama.chat_request(body), True)
         return await _chat(service, owner, openai_chat.chat_request(body), False)
-    except (ValueError, LookupError) as problem:
-        return refuse(HTTPStatus.NOT_FOUND if isinstance(problem, LookupError) else HTTPStatus.BAD_REQUEST,
-                      str(problem))
+    except BadRequest as problem:
+        return refuse(problem.status, str(problem), problem.param)
+
+
+def _body(request: http_api.Request) -> object:
+    try:
+        return request.json()
+    except ValueError as problem:
+        raise BadRequest(str(problem), "body") from None
 
 
 async def _lines(items: list[dict]) -> AsyncIterator[bytes]:
@@ -111,8 +126,7 @@ async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http
     if not service.config.device_memory:
         chat.device = None
     if not _served(chat.model):
-        raise LookupError(f"model '{chat.model}' not found: this service serves "
-                          f"{OLLAMA_MODEL if is_ollama else MODEL}")
+        raise _unknown_model(chat.model, OLLAMA_MODEL if is_ollama else MODEL)
     started = time.perf_counter()
     if is_ollama and not any(m["role"] in ("user", "tool") for m in chat.messages):
         # Ollama loads a model when asked to chat with no messages: this one is always loaded.

@@ -10,15 +10,58 @@ which stays inside Parlour: `Delta`, `Calls` (the client's functions to run) and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
+
+import pydantic
 
 from voice.chat.thread import open_thread, remember
 from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
+from voice.validation import explain
 
 
 class BadRequest(ValueError):
-    """A request the API answers with 400 and its own error shape."""
+    """A request the API answers with its own error shape: 400 unless `status` says otherwise
+    (404 for a model this service does not serve). `param` is the field at fault, if one is."""
+
+    def __init__(self, message: str, param: str | None = None, status: HTTPStatus = HTTPStatus.BAD_REQUEST):
+        super().__init__(message)
+        self.param, self.status = param, status
+
+
+def validated(model: type[pydantic.BaseModel] | pydantic.TypeAdapter, body: object, at: str = ""):
+    """`body` (the field `at`, when it is part of a request) checked against `model`, a client
+    package's own type, or `BadRequest` naming the field at fault. Integers take whole floats
+    (`8192.0`), as Ollama's and OpenAI's servers do."""
+    try:
+        if isinstance(model, pydantic.TypeAdapter):
+            return _read(model.validate_python(body), at)
+        return model.model_validate(body)
+    except pydantic.ValidationError as error:
+        raise _bad(error, at) from None
+
+
+def _read(value: object, at: str) -> object:
+    """pydantic checks an `Iterable` field (the `openai` package's typed dicts have many) only as
+    it is read: read each now, so that a bad item is a `BadRequest` here and not a bug later."""
+    if isinstance(value, dict):
+        return {key: _read(inner, f"{at}.{key}".lstrip(".")) for key, inner in value.items()}
+    if not isinstance(value, Iterator):
+        return value
+    items: list = []
+    try:
+        for item in value:
+            items.append(_read(item, f"{at}.{len(items)}".lstrip(".")))
+    except pydantic.ValidationError as error:
+        raise _bad(error, at) from None
+    return items
+
+
+def _bad(error: pydantic.ValidationError, at: str) -> BadRequest:
+    problem = explain(error, at or "body")
+    param = f"{at}.{problem.param}" if at and problem.param != at else problem.param
+    return BadRequest(f"{param}: {problem.message}", param)
 
 
 @dataclass

@@ -10,7 +10,6 @@ a worker thread, so validating and decoding never hold up the event loop.
 
 from __future__ import annotations
 
-import json
 import typing
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from openai.types.realtime import realtime_client_event
 
 from models.audio import AudioError
 from voice.speech.audio import decode_audio
+from voice.validation import explain, json_value
 
 _UNION = typing.get_args(typing.get_args(realtime_client_event.RealtimeClientEvent)[0])
 EVENT_TYPES: dict[str, type[pydantic.BaseModel]] = {
@@ -62,8 +62,8 @@ def parse(raw: str | bytes) -> pydantic.BaseModel:
     if isinstance(raw, bytes):
         raise BadEvent("binary frames are not supported: send JSON text events", "invalid_json")
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as error:
+        data = json_value(raw)
+    except ValueError as error:
         raise BadEvent(f"the event is not valid JSON: {error}", "invalid_json") from None
     if not isinstance(data, dict):
         raise BadEvent("an event must be a JSON object", "invalid_event")
@@ -80,23 +80,9 @@ def parse(raw: str | bytes) -> pydantic.BaseModel:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as error:
-        param, message, missing = _explain(error)
-        raise BadEvent(f"{kind}: {param}: {message}", "missing_field" if missing else "invalid_value", param,
-                       event_id) from None
+        problem = explain(error, "event")
+        raise BadEvent(f"{kind}: {problem}", "missing_field" if problem.missing else "invalid_value",
+                       problem.param, event_id) from None
     except (ValueError, TypeError, RecursionError) as error:  # pathological input pydantic could not even read
         raise BadEvent(f"{kind}: the event cannot be read: {error}"[:300], "invalid_event", None, event_id) from None
 
-
-def _explain(error: pydantic.ValidationError) -> tuple[str, str, bool]:
-    """The most specific problem (in a union, the member that got furthest into the value): its
-    field path, what is wrong, and whether the field is missing."""
-    problems = error.errors(include_url=False, include_input=False)
-    best = max(problems, key=lambda p: len(p["loc"]))
-    path = [str(part) for part in best["loc"] if not _is_model_name(part)]
-    return ".".join(path) or "event", best["msg"], best["type"] == "missing"
-
-
-def _is_model_name(part: object) -> bool:
-    # Union members appear in a location by class name ("RealtimeSessionCreateRequest") or by a
-    # tagged-union tag with brackets; neither is a field the client wrote.
-    return isinstance(part, str) and (part[:1].isupper() or "[" in part)

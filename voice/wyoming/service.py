@@ -13,7 +13,9 @@ engine the websocket already uses (no model is loaded twice):
 - `handle` (the assistant, `voice.wyoming.assistant`): a `transcript` is a question, answered by
   the turn engine in the session its conversation id names.
 `describe` is answered with `voice.wyoming.info`.
-Anything else a client sends is answered with an `error` event, and the connection goes on.
+Every event is read and typed by `voice.wyoming.events`. Anything else a client sends, and any
+event with a field missing or wrong, is answered with an `error` event whose code says what is
+wrong (`unknown_event`, `bad_request` and the field), and the connection goes on.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from functools import partial
 from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.audio import AudioChunk, AudioChunkConverter, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event
+from wyoming.event import Event, Eventable
 from wyoming.info import Describe
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from voice.speech.sentences import Sentences
 from voice.wyoming import assistant
+from voice.wyoming.events import BadEvent, LostFraming, parse, read_event
 from voice.wyoming.info import describe
 
 log = logging.getLogger("parlour")
@@ -49,40 +52,63 @@ class WyomingHandler(AsyncEventHandler):
         self.converter = AudioChunkConverter(width=2, channels=1)
         self.streaming: Sentences | None = None  # text arriving as synthesize-chunk events
 
+    async def run(self) -> None:
+        """The package's loop with Parlour's reader (voice.wyoming.events): a line that cannot be
+        read is answered with an `error` and skipped; one whose framing is lost ends the connection."""
+        self._is_running = True
+        try:
+            while self._is_running:
+                try:
+                    event = await read_event(self.reader)
+                except BadEvent as bad:
+                    await self._error(str(bad), bad.code)
+                    continue
+                except LostFraming as lost:
+                    log.warning("wyoming: closing a connection that sent %s", lost)
+                    break
+                if event is None or not await self.handle_event(event):
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
     async def handle_event(self, event: Event) -> bool:
         try:
-            await self._answer(event)
+            await self._answer(parse(event))
+        except BadEvent as bad:
+            await self._error(str(bad), bad.code)
         except (ConnectionError, asyncio.IncompleteReadError):
             return False
-        except Exception as error:  # bad input or a failing engine: said in-band, the connection goes on
+        except Exception as error:  # a failing engine or a bug: said in-band, the connection goes on
             log.exception("wyoming %s failed", event.type)
             await self._error(f"{event.type}: {error}", "internal_error")
         return True
 
-    async def _answer(self, event: Event) -> None:
-        if Describe.is_type(event.type):
-            await self.write_event(describe(self.service).event())
-        elif Transcribe.is_type(event.type):
-            pass  # the model is fixed; what matters comes with the audio
-        elif AudioStart.is_type(event.type):
-            self.audio, self.rate = bytearray(), AudioStart.from_event(event).rate
-        elif AudioChunk.is_type(event.type):
-            await self._audio_chunk(AudioChunk.from_event(event))
-        elif AudioStop.is_type(event.type):
-            await self._audio_stop()
-        elif Synthesize.is_type(event.type):
-            if self.streaming is None:  # during a stream, Home Assistant's copy of the text is ignored
-                await self._speak(Synthesize.from_event(event).text)
-        elif SynthesizeStart.is_type(event.type):
-            self.streaming = Sentences(first_words=0)
-        elif SynthesizeChunk.is_type(event.type):
-            await self._synthesize_chunk(SynthesizeChunk.from_event(event).text)
-        elif SynthesizeStop.is_type(event.type):
-            await self._synthesize_stop()
-        elif Transcript.is_type(event.type):
-            await assistant.answer(self.service, Transcript.from_event(event), self.write_event)
-        else:
-            await self._error(f"unsupported event: {event.type}", "unknown_event")
+    async def _answer(self, event: Eventable) -> None:
+        match event:
+            case Describe():
+                await self.write_event(describe(self.service).event())
+            case Transcribe():
+                pass  # the model is fixed; what matters comes with the audio
+            case AudioStart():
+                self.audio, self.rate = bytearray(), event.rate
+            case AudioChunk():
+                await self._audio_chunk(event)
+            case AudioStop():
+                await self._audio_stop()
+            case Synthesize():
+                if self.streaming is None:  # during a stream, Home Assistant's copy of the text is ignored
+                    await self._speak(event.text)
+            case SynthesizeStart():
+                self.streaming = Sentences(first_words=0)
+            case SynthesizeChunk():
+                await self._synthesize_chunk(event.text)
+            case SynthesizeStop():
+                await self._synthesize_stop()
+            case Transcript():
+                await assistant.answer(self.service, event, self.write_event)
 
     async def _error(self, text: str, code: str) -> None:
         await self.write_event(Error(text=text, code=code).event())

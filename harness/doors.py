@@ -1,0 +1,95 @@
+"""Valid requests and events for every door but the Realtime socket, and seeded mutations of them
+on the wire: shared by tests/test_doors.py and scripts/fuzz_doors.py.
+
+The Ollama body is what Home Assistant 2026.11's Ollama integration sends, as set up through its
+UI (`num_ctx` and `keep_alive` as floats, its tools named with a domain prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from harness import home_assistant as ha
+from harness.fuzz import sample
+
+HOME_ASSISTANT_CHAT = {
+    "model": "parlour:latest", "stream": True, "options": {"num_ctx": 8192.0}, "keep_alive": -1.0, "think": False,
+    "messages": [{"role": "system", "content": ha.system_prompt()}, {"role": "user", "content": "Turn on the porch light."}],
+    "tools": ha.TOOLS[:3],
+}
+OLLAMA_BODIES = [
+    HOME_ASSISTANT_CHAT,
+    {"model": "parlour:latest", "stream": False, "options": {"num_predict": 2, "temperature": 0.0},
+     "messages": [{"role": "user", "content": "Lamp on."},
+                  {"role": "assistant", "content": "", "tool_calls": [
+                      {"function": {"name": "HassTurnOn", "arguments": {"name": "Lamp"}}}]},
+                  {"role": "tool", "content": ha.tool_result("HassTurnOn", {"name": "Lamp"})}]},
+]
+OPENAI_CHAT = {"model": "parlour", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}
+OPENAI_BODIES = [
+    OPENAI_CHAT,
+    {"model": "parlour", "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.0,
+     "max_completion_tokens": 2, "user": "fuzz", "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+     "tools": [{"type": "function", "function": {"name": "get_time", "description": "The time.",
+                                                  "parameters": {"type": "object", "properties": {}}}}],
+     "messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                  {"role": "user", "content": "Time?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": "c1", "content": "noon"}]},
+]
+SHOW_BODY = {"model": "parlour:latest"}
+NOT_OBJECTS = [b"", b"null", b"[]", b"5", b'"x"', b"{", b"\xff\xfe", b"[" * 100_000, b'{"model": "\\ud800"}']
+
+WYOMING_EVENTS = [
+    {"type": "describe"},
+    {"type": "transcribe", "data": {"language": "en", "name": "whisper"}},
+    {"type": "audio-start", "data": {"rate": 16000, "width": 2, "channels": 1, "timestamp": 0}},
+    {"type": "audio-chunk", "data": {"rate": 16000, "width": 2, "channels": 1, "timestamp": 0}, "payload": b"\0" * 640},
+    {"type": "audio-stop", "data": {"timestamp": 20}},
+    {"type": "synthesize", "data": {"text": "Hi.", "voice": {"name": "joe"}}},
+    {"type": "synthesize-start", "data": {"voice": {"name": "joe"}}},
+    {"type": "synthesize-chunk", "data": {"text": "Hi "}},
+    {"type": "synthesize-stop"},
+    {"type": "transcript", "data": {"text": "Say hi.", "context": {"conversation_id": "fuzz"}}},
+    {"type": "no-such-event", "data": {"x": 1}},
+]
+NOT_EVENTS = [b"not json\n", b"[1, 2]\n", b"5\n", b'{"data": {}}\n', b'{"type": 7}\n', b'{"type": "describe", "data": []}\n']
+
+
+def chat_requests(count: int, seed: int) -> list[tuple[str, bytes]]:
+    """`count` (path, body) pairs: mutated chat and show bodies, and some that are not objects."""
+    rng = random.Random(seed)
+    bodies = [("/api/chat", b) for b in sample(OLLAMA_BODIES, count // 2, seed, keep=())]
+    bodies += [("/v1/chat/completions", b) for b in sample(OPENAI_BODIES, count // 3, seed + 1, keep=())]
+    bodies += [("/api/show", b) for b in sample([SHOW_BODY], count // 12, seed + 2, keep=())]
+    wire = [(path, json.dumps(body).encode()) for path, body in bodies]
+    while len(wire) < count:
+        wire.append((rng.choice(["/api/chat", "/v1/chat/completions", "/api/show"]), rng.choice(NOT_OBJECTS)))
+    rng.shuffle(wire)
+    return wire
+
+
+def frame(event: dict, payload: bytes | None = None) -> bytes:
+    """An event on the wire as the `wyoming` package writes it, whatever its fields hold."""
+    header = {key: value for key, value in event.items() if key != "payload"}
+    data = json.dumps(header.pop("data", {}) or {}).encode()
+    header |= {"version": "1.10.2", "data_length": len(data)}
+    payload = payload if payload is not None else event.get("payload")
+    if isinstance(payload, bytes) and payload:
+        header["payload_length"] = len(payload)
+    else:
+        payload = b""
+    return json.dumps(header).encode() + b"\n" + data + payload
+
+
+def wyoming_lines(count: int, seed: int) -> list[bytes]:
+    """`count` events on the wire: mutated types and data, and lines that are not events. Lengths
+    stay right, so the stream can be followed; a header whose lengths are wrong closes it."""
+    rng = random.Random(seed)
+    events = [{**e, "payload": e.get("payload")} for e in sample(WYOMING_EVENTS, count, seed)]
+    lines = [frame({k: v for k, v in e.items() if k != "payload"}, e["payload"]) for e in events]
+    for _ in range(count // 10):
+        lines.insert(rng.randrange(len(lines)), rng.choice(NOT_EVENTS))
+    return lines[:count]
