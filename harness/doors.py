@@ -18,6 +18,10 @@ HOME_ASSISTANT_CHAT = {
     "messages": [{"role": "system", "content": ha.system_prompt()}, {"role": "user", "content": "Turn on the porch light."}],
     "tools": ha.TOOLS[:3],
 }
+# Its shape with a prompt of a few tokens, for the live fuzz: each mutation that is still valid runs
+# the model, and a changed prompt is evaluated whole.
+SHORT_HOME_ASSISTANT_CHAT = {**HOME_ASSISTANT_CHAT, "tools": ha.TOOLS[:2], "messages": [
+    {"role": "system", "content": "You control a home."}, {"role": "user", "content": "Porch light on."}]}
 OLLAMA_BODIES = [
     HOME_ASSISTANT_CHAT,
     {"model": "parlour:latest", "stream": False, "options": {"num_predict": 2, "temperature": 0.0},
@@ -61,7 +65,8 @@ NOT_EVENTS = [b"not json\n", b"[1, 2]\n", b"5\n", b'{"data": {}}\n', b'{"type": 
 def chat_requests(count: int, seed: int) -> list[tuple[str, bytes]]:
     """`count` (path, body) pairs: mutated chat and show bodies, and some that are not objects."""
     rng = random.Random(seed)
-    bodies = [("/api/chat", b) for b in sample(OLLAMA_BODIES, count // 2, seed, keep=())]
+    bodies = [("/api/chat", b) for b in sample([SHORT_HOME_ASSISTANT_CHAT, *OLLAMA_BODIES[1:]], count // 2, seed,
+                                                keep=())]
     bodies += [("/v1/chat/completions", b) for b in sample(OPENAI_BODIES, count // 3, seed + 1, keep=())]
     bodies += [("/api/show", b) for b in sample([SHOW_BODY], count // 12, seed + 2, keep=())]
     wire = [(path, json.dumps(body).encode()) for path, body in bodies]

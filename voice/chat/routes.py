@@ -19,6 +19,7 @@ from voice.chat.thread import BadHistory
 from voice.chat.turn import BadRequest, ChatRequest, answer
 from voice.turns.engine import TURN_PROBLEMS
 from voice.turns.events import Calls, Delta, Done, TurnEvent
+from voice.turns.figures import TurnFigures
 
 MODEL = "parlour"
 OLLAMA_MODEL = f"{MODEL}:latest"
@@ -130,7 +131,8 @@ async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http
     started = time.perf_counter()
     if is_ollama and not any(m["role"] in ("user", "tool") for m in chat.messages):
         # Ollama loads a model when asked to chat with no messages: this one is always loaded.
-        return http_api.json_reply(HTTPStatus.OK, {**ollama.final(OLLAMA_MODEL, {}, started), "done_reason": "load"})
+        return http_api.json_reply(HTTPStatus.OK, {**ollama.final(OLLAMA_MODEL, TurnFigures(), started),
+                                                   "done_reason": "load"})
     events = answer(service, owner, chat)
     try:
         first = await anext(events)  # a request that fails before it starts gets its status
