@@ -67,7 +67,7 @@ def fuzz_chat(port: int, count: int, seed: int) -> tuple[collections.Counter, bo
     for path, body in doors.chat_requests(count, seed):
         status, _ = post(port, path, body)
         statuses[f"{path} {status}"] += 1
-    status, reply = post(port, "/api/chat", json.dumps(doors.HOME_ASSISTANT_CHAT | {"stream": False}).encode())
+    status, reply = post(port, "/api/chat", json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode())
     return statuses, status == 200 and json.loads(reply).get("done") is True
 
 
