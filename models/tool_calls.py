@@ -128,20 +128,31 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
     return ParsedReply(_leftover(text, spans), offered, unknown)
 
 
+def announces_call(sentence: str, names: Collection[str]) -> bool:
+    """Words that introduce a call rather than answer: a sentence that ends in a colon ("you can
+    use the following command:") or names a tool, whole or without its prefix (Home Assistant's
+    `intent__HassTurnOn` is called "HassTurnOn")."""
+    said = sentence.strip().lower()
+    words = {name.lower() for name in names} | {name.rsplit("__", 1)[-1].lower() for name in names}
+    return said.endswith(":") or any(word in said for word in words)
+
+
 class CallScanner:
     """A streamed reply: `feed` returns the text that can be shown now; `finish` parses the rest.
 
     Text is released up to the first place that may begin a call (a marker, or the start of one at
     the end of what has arrived); from a marker on, everything is held until the reply ends. With
-    `described` tools, the first sentence is held until it ends, since it may be a call in words.
+    `described` tools, or with `wary` (a client's tools are offered), the first sentence is held
+    until it ends, since it may be a call in words or words that introduce one (`announces_call`):
+    then the whole reply is held, and a reply that calls is a call and nothing else.
     """
 
-    def __init__(self, names: Collection[str], described: Mapping[str, str] | None = None):
+    def __init__(self, names: Collection[str], described: Mapping[str, str] | None = None, wary: bool = False):
         self.names, self.described = names, described or {}
         self._text = ""
         self._released = 0
         self._holding = False
-        self._first_sentence = bool(self.described)
+        self._first_sentence = bool(self.described) or wary
 
     def feed(self, piece: str) -> str:
         self._text += piece
@@ -151,7 +162,8 @@ class CallScanner:
             if not _SENTENCE_END.search(self._text):
                 return ""
             self._first_sentence = False
-            if _described(self._text, self.described):
+            sentence = self._text[:_SENTENCE_END.search(self._text).end()]
+            if _described(self._text, self.described) or announces_call(sentence, self.names):
                 self._holding = True
                 return ""
         pending = self._text[self._released:]

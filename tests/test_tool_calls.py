@@ -7,6 +7,7 @@ import json
 import pytest
 
 from models.tool_calls import CallScanner, parse_tool_calls
+from models.tool_schema import fit_call
 
 NAMES = {"search", "weather"}
 
@@ -134,3 +135,57 @@ def test_the_scanner_holds_a_first_sentence_that_describes_a_call():
     assert scanner.finish().calls
     scanner = CallScanner(NAMES, {"search": "query"})
     assert "".join(scanner.feed(p) for p in ["Paris is", " the capital.", " It is big."]) == "Paris is the capital. It is big."
+
+
+LIGHT_SET = {"type": "function", "function": {"name": "light__HassLightSet", "parameters": {
+    "type": "object", "properties": {
+        "name": {"type": "string"}, "area": {"type": "string"},
+        "domain": {"type": "array", "items": {"type": "string"}},
+        "color": {"type": "string", "enum": ["red", "green", "blue"]},
+        "brightness": {"type": "integer", "minimum": 0, "maximum": 100}}}}}
+LIVE_CONTEXT = {"type": "function", "function": {"name": "homeassistant__GetLiveContext",
+                                                   "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("written, fitted", [
+    ({"name": "Kitchen Light", "brightness": 40}, {"name": "Kitchen Light", "brightness": 40}),  # already fits
+    ({"area": ["Porch"], "domain": "light"}, {"area": "Porch", "domain": ["light"]}),  # Home Assistant's InvalidSlotInfo
+    ({"name": "Lamp", "color": None, "floor": "Ground"}, {"name": "Lamp"}),  # None, and a parameter it lacks
+    ({"name": "Lamp", "brightness": "40%"}, {"name": "Lamp", "brightness": 40}),
+    ({"name": "Lamp", "brightness": 250.0}, {"name": "Lamp", "brightness": 100}),
+    ({"name": "Lamp", "brightness": 40.5, "color": "RED"}, {"name": "Lamp", "color": "red"}),
+    ({"name": "Lamp", "color": "mauve", "brightness": "inf"}, {"name": "Lamp"}),
+])
+def test_arguments_are_fitted_to_the_tools_schema(written, fitted):
+    call = {"id": "c", "type": "function", "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
+    assert json.loads(fit_call(call, [LIGHT_SET])["function"]["arguments"]) == fitted
+
+
+def test_a_tool_that_takes_nothing_gets_nothing_and_a_required_argument_stays():
+    call = {"id": "c", "type": "function", "function": {"name": "homeassistant__GetLiveContext",
+                                                        "arguments": '{"name": "Hallway Light", "domain": "light"}'}}
+    assert json.loads(fit_call(call, [LIVE_CONTEXT])["function"]["arguments"]) == {}
+    strict = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"n": "many"}'}}
+    assert json.loads(fit_call(call, [strict])["function"]["arguments"]) == {"n": "many"}  # the client says why not
+
+
+@pytest.mark.parametrize("pieces", [
+    ["To determine if the hallway light is on, I will use the `homeassistant__GetLiveContext` tool.\n",
+     '{"name": "homeassistant__GetLiveContext", "arguments": {}}'],
+    ["To turn on the living room lamp, you can use the following command:\n",
+     '{"name": "light__HassLightSet", "arguments": {"name": "Living Room Lamp"}}'],
+])
+def test_words_that_introduce_a_call_are_never_shown(pieces):
+    names = ["homeassistant__GetLiveContext", "light__HassLightSet"]
+    scanner = CallScanner(names, wary=True)
+    assert "".join(scanner.feed(p) for p in pieces) == ""
+    assert len(scanner.finish().calls) == 1
+
+
+def test_a_wary_scanner_streams_an_answer_after_its_first_sentence():
+    scanner = CallScanner(["light__HassLightSet"], wary=True)
+    assert scanner.feed("Paris is the capital") == ""
+    assert scanner.feed(" of France. It is") == "Paris is the capital of France. It is"
+    assert scanner.finish().text == ""

@@ -25,6 +25,7 @@ from models.model import Model
 from models.remote_llm import ModelServerError
 from models.reply import ContextOverflow
 from models.tool_calls import CallScanner
+from models.tool_schema import fit_call
 from voice.chat.thread import without_earlier_commands
 from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
 from voice.store.reply_row import ReplyRow
@@ -202,7 +203,8 @@ class TurnEngine:
                 open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
             # With tools offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a search is not run again, only kept out of the reply.
-            scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None) if offered.tools else None
+            scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None,
+                                  wary=bool(client)) if offered.tools else None
             async for piece in in_worker(reply):
                 if request.cancel.is_set():
                     reply.cancel()
@@ -216,9 +218,9 @@ class TurnEngine:
                 return
             parsed = scanner.finish()
             if calls := [c for c in parsed.calls if c["function"]["name"] in client_names]:
-                if parsed.text:
-                    yield Delta(parsed.text)
-                yield Calls(calls)  # the client runs them and asks again
+                # A call or words, never both: the words held with a call introduce it ("I will use
+                # the GetLiveContext tool"), and Home Assistant would speak them.
+                yield Calls([fit_call(call, client) for call in calls])  # the client runs them and asks again
                 return
             calls = parsed.calls + parsed.unknown if ask_model else []
             if not calls:
