@@ -106,6 +106,34 @@ def test_an_earlier_session_is_recalled_for_its_own_key_only(make_server):
     asked.close()
 
 
+def test_a_request_that_brings_its_own_tools_recalls_no_other_conversation(make_server):
+    """Home Assistant sends its tools and its home: a device command once got another
+    conversation's words ("Set the bedroom light to 40 percent") and answered wrong."""
+    import urllib.request
+
+    server = make_server()
+    told = Client(server.url())
+    told.ask("My plumber is called Dermot and he comes on Thursdays.", max_tokens=16)
+    told.close()
+
+    def chat(tools: list[dict]) -> list[dict]:
+        body = {"model": "parlour:latest", "stream": False, "options": {"num_predict": 8}, "tools": tools,
+                "messages": [{"role": "user", "content": "What did I tell you about my plumber?"}]}
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/chat", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=120).read()
+        newest = server.service.store.list()[0].id
+        return [m.message for m in server.service.store.messages(newest)]
+
+    light = {"type": "function", "function": {"name": "HassTurnOn", "parameters": {
+        "type": "object", "properties": {"name": {"type": "string"}}}}}
+    with_tools = chat([light])
+    assert with_tools[0]["role"] == "user" and not [m for m in with_tools if m["role"] == "tool"], with_tools
+    recalled_without_tools = chat([])
+    assert [m["role"] for m in recalled_without_tools][:3] == ["user", "assistant", "tool"]
+    assert "Dermot" in recalled_without_tools[2]["content"]
+
+
 def test_recall_leaves_out_questions_commands_and_the_session_itself(tmp_path):
     store = SessionStore(tmp_path / "sessions.sqlite3")
     told = store.create("")

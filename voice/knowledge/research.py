@@ -110,16 +110,21 @@ class Research:
             return format_results(spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count))
         return format_results(found, key_sentences(query, found, KEY_SENTENCE_TOKENS, self.count))
 
-    def for_question(self, question: str, spoken: bool = False, session_id: str | None = None) -> list[dict]:
+    def for_question(self, question: str, spoken: bool = False, session_id: str | None = None,
+                     recall: bool = True) -> list[dict]:
         """The `auto` policy's tool exchange for a question ([] under other policies). A question
         the knowledge base has nothing for (`KnowledgeBase.bears_on`; or there is none) and that
-        recalls nothing gets no exchange: it is answered as if research were off, at its speed."""
+        recalls nothing gets no exchange: it is answered as if research were off, at its speed.
+        Without `recall`, the user's other sessions are not searched."""
         question = without_clock(question)  # Home Assistant's time of day is not what was asked
         if self.policy != "auto" or not question.strip():
             return []
         bears = self.knowledge is not None and self.knowledge.bears_on(question)
+        if not bears and not recall:
+            return []
         return self.run([new_call("search", {"query": question})], found_only=not bears,
-                        spoken_question=question if spoken else None, session_id=session_id, knowledge=bears)
+                        spoken_question=question if spoken else None, session_id=session_id if recall else None,
+                        knowledge=bears)
 
 
 def compact_calls(messages: list[dict]) -> list[dict]:

@@ -123,11 +123,15 @@ class TurnEngine:
         stored_reply = None
         try:
             research_started = time.perf_counter()
+            # A client that brings its own tools (Home Assistant's) brings its own context: what the
+            # user said in other conversations misled its device commands, so only the knowledge
+            # base, where it bears on the question, is searched (a draft's research recalled too).
+            recall = not request.offered_tools()
             exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures) \
-                if question else []  # the guess's research if the question was its draft's, else the question's
+                if question and recall else None if question else []  # the draft's research, if it was this question
             if exchange is None:
                 exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
-                                                   request.session_id)
+                                                   request.session_id, recall)
             if exchange:
                 yield Researched(await row.insert_before(exchange))
                 figures.research_tokens = await asyncio.to_thread(
