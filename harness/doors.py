@@ -1,29 +1,32 @@
 """Valid requests and events for every door but the Realtime socket, and seeded mutations of them
 on the wire: shared by tests/test_doors.py and scripts/fuzz_doors.py.
 
-The Ollama body is what Home Assistant 2026.11's Ollama integration sends, as set up through its
-UI (`num_ctx` and `keep_alive` as floats, its tools named with a domain prefix).
+The Ollama bodies are what Home Assistant 2026.11's Ollama integration sent, set up through its UI
+(`num_ctx` and `keep_alive` as floats, its tools named with a domain prefix, a call's result with
+no call id), recorded from the real HA.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from harness import home_assistant as ha
 from harness.fuzz import sample
 
-HOME_ASSISTANT_CHAT = {
-    "model": "parlour:latest", "stream": True, "options": {"num_ctx": 8192.0}, "keep_alive": -1.0, "think": False,
-    "messages": [{"role": "system", "content": ha.system_prompt()}, {"role": "user", "content": "Turn on the porch light."}],
-    "tools": ha.TOOLS[:3],
-}
+RECORDED = Path(__file__).parent / "recorded"
+# What Home Assistant 2026.11 sent, recorded from it (harness/home_assistant_core.py's RecordingProxy):
+# a command, and the request after it ran the call.
+HOME_ASSISTANT_CHAT = json.loads((RECORDED / "home_assistant_2026_11_chat.json").read_text())
+HOME_ASSISTANT_AFTER_CALL = json.loads((RECORDED / "home_assistant_2026_11_chat_after_call.json").read_text())
 # Its shape with a prompt of a few tokens, for the live fuzz: each mutation that is still valid runs
 # the model, and a changed prompt is evaluated whole.
-SHORT_HOME_ASSISTANT_CHAT = {**HOME_ASSISTANT_CHAT, "tools": ha.TOOLS[:2], "messages": [
+SHORT_HOME_ASSISTANT_CHAT = {**HOME_ASSISTANT_CHAT, "tools": HOME_ASSISTANT_CHAT["tools"][4:6], "messages": [
     {"role": "system", "content": "You control a home."}, {"role": "user", "content": "Porch light on."}]}
 OLLAMA_BODIES = [
     HOME_ASSISTANT_CHAT,
+    HOME_ASSISTANT_AFTER_CALL,
     {"model": "parlour:latest", "stream": False, "options": {"num_predict": 2, "temperature": 0.0},
      "messages": [{"role": "user", "content": "Lamp on."},
                   {"role": "assistant", "content": "", "tool_calls": [

@@ -1,0 +1,65 @@
+"""Parlour behind the real Home Assistant core (2026.11), set up as its UI sets it up.
+
+HA is installed once into a cache outside the repository by scripts/install_home_assistant and
+started once for this module (harness/home_assistant_core.py); each test adds Parlour to it through
+an integration's config flow and checks the home's entities afterwards. These tests skip, with the
+installer's one line, only where HA cannot be installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.home_assistant_core import (HomeAssistantCore, HomeAssistantUnavailable, RecordingProxy, free_port,
+                                         install, speech)
+
+
+@pytest.fixture(scope="module")
+def home_assistant(tmp_path_factory):
+    try:
+        hass = install()
+    except HomeAssistantUnavailable as error:
+        pytest.skip(str(error))
+    core = HomeAssistantCore(tmp_path_factory.mktemp("home-assistant"), hass=hass).start()
+    yield core
+    core.stop()
+
+
+def test_the_ollama_integration_turns_on_the_kitchen_light(home_assistant, make_server):
+    """HA's Ollama integration, added with Parlour's URL and "Assist" (every other field as the form
+    fills it), lists the model, sends HA's own request and acts on Parlour's tool call."""
+    server = make_server()
+    proxy = RecordingProxy(server.port)  # to see the exact requests HA sends
+    try:
+        agent = home_assistant.add_ollama(proxy.url)
+        home_assistant.call("light", "turn_off", entity_id="light.kitchen_light")
+
+        answer = home_assistant.converse("Turn on the kitchen light", agent)
+
+        bodies = proxy.chat_bodies()
+        assert bodies, f"HA sent no /api/chat: {[r[:2] for r in proxy.requests()]}"
+        assert bodies[0]["model"] == "parlour:latest"
+        assert "intent__HassTurnOn" in [tool["function"]["name"] for tool in bodies[0]["tools"]]
+        assert answer["response"]["response_type"] == "action_done", speech(answer)
+        assert home_assistant.state("light.kitchen_light")["state"] == "on", speech(answer)
+    finally:
+        proxy.close()
+
+
+def test_the_wyoming_integration_finds_parlours_programs(home_assistant, make_server):
+    """HA's Wyoming integration, added with the host and port, finds speech to text, text to speech
+    and the conversation agent, and an Assist pipeline with that agent gets a reply."""
+    server = make_server(wyoming_port=free_port())
+    home_assistant.add_wyoming("127.0.0.1", server.config.wyoming_port)
+    entities = [entry["entity_id"] for entry in home_assistant.ws("config/entity_registry/list")
+                if entry["platform"] == "wyoming"]
+    assert {entity.split(".")[0] for entity in entities} >= {"stt", "tts", "conversation"}, entities
+
+    agent = next(entity for entity in entities if entity.startswith("conversation."))
+    pipeline = home_assistant.add_pipeline("Parlour over Wyoming", agent)
+    events = home_assistant.run_pipeline("What is the capital of France?", pipeline)
+
+    assert events[-1]["type"] == "run-end", events
+    intent_end = next(event for event in events if event["type"] == "intent-end")
+    assert "Paris" in intent_end["data"]["intent_output"]["response"]["speech"]["plain"]["speech"]
+
+
