@@ -10,6 +10,7 @@ models.chat_template's; the reply as it streams is models.reply's.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -258,6 +259,46 @@ class LanguageModel:
             return
         self._llm.input_ids[:] = saved.input_ids
         self._llm.n_tokens, self._exact = saved.n_tokens, saved.exact
+
+    def save_cache(self, path: Path) -> int:
+        """The cache and the tokens it holds, written to `path` (replaced whole, never half
+        written), for `load_cache` after a restart. The tokens saved."""
+        with self._lock:
+            if not self._llm.n_tokens:
+                return 0
+            saved = self._save_cache()
+        header = {"model": self.name, "bytes": self.path.stat().st_size, "context": self.context,
+                  "tokens": saved.n_tokens, "exact": saved.exact, "kv": len(saved.kv)}
+        partial = path.with_name(path.name + ".partial")
+        with open(partial, "wb") as out:
+            out.write(json.dumps(header).encode() + b"\n")
+            out.write(saved.input_ids[:saved.n_tokens].astype(np.int32).tobytes())
+            out.write(bytes(saved.kv))
+        partial.replace(path)
+        return saved.n_tokens
+
+    def load_cache(self, path: Path) -> int:
+        """The cache `save_cache` wrote, if it was this model's with this context: the tokens
+        restored (0 when there is none to restore, or it does not fit)."""
+        import ctypes
+
+        try:
+            with open(path, "rb") as source:
+                header = json.loads(source.readline())
+                tokens = np.frombuffer(source.read(4 * header["tokens"]), dtype=np.int32)
+                kv = source.read(header["kv"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+        mine = {"model": self.name, "bytes": self.path.stat().st_size, "context": self.context}
+        if any(header.get(key) != value for key, value in mine.items()) or len(tokens) != header["tokens"] \
+                or len(kv) != header["kv"] or not 0 < len(tokens) <= self.context:
+            return 0
+        input_ids = np.zeros_like(self._llm.input_ids)
+        input_ids[:len(tokens)] = tokens
+        with self._lock:
+            self._restore_cache(_SavedCache((ctypes.c_uint8 * len(kv)).from_buffer_copy(kv), input_ids,
+                                            len(tokens), int(header["exact"])))
+            return self._llm.n_tokens
 
     def _evaluate_from(self, position: int, evaluate: Callable[[], object]) -> object:
         """Run `evaluate`, which extends the cache from `position`: the cache stays exact as far as

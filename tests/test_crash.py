@@ -159,3 +159,30 @@ def test_replies_survive_sigkill_at_every_moment_of_a_session(kill_and_restart, 
     assert int(done(follow_up)["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))
     client.close()
     store.close()
+
+
+def test_a_clean_restart_keeps_the_models_cache_for_the_device_that_spoke_last(tmp_path):
+    """Home Assistant's prompt (2,000 tokens and more) is evaluated whole only once: `parlour serve`
+    stopped with SIGTERM keeps the model's cache, and the next start reads it back."""
+    import json
+    import urllib.request
+
+    from harness import doors
+
+    body = json.dumps({**doors.HOME_ASSISTANT_CHAT, "stream": False, "options": {"num_predict": 2}}).encode()
+
+    def command(server: ServerProcess) -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/chat", body,
+                                         {"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(request, timeout=300).read())["prompt_eval_count"]
+
+    server = ServerProcess(tmp_path / "data", tmp_path)
+    first = command(server)
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(60) == 0
+    again = ServerProcess(tmp_path / "data", tmp_path)
+    try:
+        after_restart = command(again)
+    finally:
+        again.kill()
+    assert first > 1_000 and after_restart < 20, (first, after_restart)

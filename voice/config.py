@@ -87,6 +87,11 @@ class Config:
         return Path(self.data_dir).expanduser() / "sessions.sqlite3"
 
     @property
+    def model_cache(self) -> Path:
+        """The language model's cache as the service last left it, read again at its next start."""
+        return Path(self.data_dir).expanduser() / "model-cache.bin"
+
+    @property
     def knowledge_path(self) -> Path:
         return Path(self.knowledge).expanduser() if self.knowledge else Path(self.data_dir).expanduser() / "knowledge.sqlite3"
 

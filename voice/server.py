@@ -96,6 +96,12 @@ class Service:
         return cls(config, llm or load_llm(config), stt or load_stt(config), tts or load_tts(config),
                    SessionStore(config.database), knowledge)
 
+    def _load_model_cache(self) -> int:
+        restored = self.llm.load_cache(self.config.model_cache) if hasattr(self.llm, "load_cache") else 0
+        if restored:
+            log.info("the model's cache of %d tokens from the last run is restored", restored)
+        return restored
+
     def transcribe(self, audio: bytes, rate: int = RATE):
         """What whisper hears in `audio`, expecting the knowledge base's names; blocking, so callers
         run it in a worker thread. Drafts, commits and Wyoming audio all come through here."""
@@ -237,7 +243,10 @@ class Service:
                 from voice.wyoming import service as wyoming_service
 
                 wyoming = await wyoming_service.start(self, self.config.host, self.config.wyoming_port)
-            self.engine.upkeep.warm(instructions=self.config.instructions)  # new sessions start with this prompt
+            # The cache as the last run left it: a device that spoke before (Home Assistant's prompt
+            # of 2,000 tokens and more) is answered at once. Without one, new sessions' prompt is warmed.
+            if not await asyncio.to_thread(self._load_model_cache):
+                self.engine.upkeep.warm(instructions=self.config.instructions)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
@@ -253,3 +262,6 @@ class Service:
             if wyoming is not None:
                 await wyoming.stop()
         await self.engine.idle()
+        if hasattr(self.llm, "save_cache"):
+            saved = await asyncio.to_thread(self.llm.save_cache, self.config.model_cache)
+            log.info("the model's cache of %d tokens is kept for the next start", saved)
