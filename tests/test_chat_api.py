@@ -83,7 +83,8 @@ def test_earlier_commands_leave_the_prompt_and_the_rest_stays():
               {"role": "assistant", "content": "The FSF."},
               {"role": "user", "content": "Fan off."}, call("HassTurnOff"), {"role": "tool", "content": "ok"}]
     kept = [m["content"] for m in without_earlier_commands(prompt, {"search"})]
-    assert kept == ["home", "Who wrote the GPL?", None, "FSF", "The FSF.", "Fan off.", None, "ok"]
+    assert kept == ["home", "Who wrote the GPL?", None, "FSF", "The FSF.",
+                    'Fan off. (The command before this one was "Lamp on.": HassTurnOn {}.)', None, "ok"]
 
 
 def test_home_assistant_turns_on_a_light_and_the_conversation_is_one_session(server):

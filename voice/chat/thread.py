@@ -153,10 +153,13 @@ def without_earlier_commands(messages: list[dict], ours: set[str]) -> list[dict]
     kept: list[dict] = []
     exchange: list[dict] = []  # the exchange being read, from its question on
     commanded = False
+    last_command: list[dict] = []  # the latest exchange that left: the next command may say "it"
     for position, message in enumerate(messages):
         if message["role"] == "user" or position == last_question:
             if not commanded:
                 kept += exchange
+            elif exchange:
+                last_command = exchange
             exchange, commanded = [], False
         if position >= last_question or message["role"] == "system":
             kept.append(message)
@@ -164,4 +167,20 @@ def without_earlier_commands(messages: list[dict], ours: set[str]) -> list[dict]
         exchange.append(message)
         if message["role"] == "assistant" and message.get("tool_calls"):
             commanded |= any(c["function"]["name"] not in ours for c in message["tool_calls"])
+    note = _last_command_note(last_command, ours)
+    if note and last_question < len(messages):
+        at = kept.index(messages[last_question])
+        kept[at] = {**kept[at], "content": f"{kept[at].get('content') or ''} ({note})"}
     return kept
+
+
+def _last_command_note(exchange: list[dict], ours: set[str]) -> str:
+    """The latest command that left the prompt, in a line: what was asked and what was called, so
+    that "and turn it off again" knows what "it" is."""
+    calls = [c["function"] for m in exchange if m["role"] == "assistant" for c in m.get("tool_calls") or []
+             if c["function"]["name"] not in ours]
+    if not exchange or exchange[0]["role"] != "user" or not calls:
+        return ""
+    done = "; ".join(f"{c['name']} {c.get('arguments') or '{}'}" for c in calls)
+    return f'The command before this one was "{without_clock(exchange[0].get("content") or "")}": {done}.'
+
