@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 _DROP = object()  # an argument that cannot fit and is left out
 
 
-def fit_call(call: dict, tools: list[dict]) -> dict:
-    """`call` (OpenAI's shape, arguments as JSON text) fitted to its tool among `tools`."""
+def fit_call(call: dict, tools: list[dict], said: str | None = None) -> dict:
+    """`call` (OpenAI's shape, arguments as JSON text) fitted to its tool among `tools`. With
+    `said`, the request's own text (its system prompt and messages), an optional argument of free
+    text that names nothing in it is left out: the model made it up (`"floor": "Ground"` in a home
+    with no floors). Values from a schema's `enum` are the tool's own and stay."""
     schema = next((t["function"].get("parameters") for t in tools
                    if t["function"]["name"] == call["function"]["name"]), None)
     try:
@@ -27,7 +31,25 @@ def fit_call(call: dict, tools: list[dict]) -> dict:
     if not isinstance(schema, dict) or not isinstance(arguments, dict):
         return call
     fitted = fit_arguments(arguments, schema)
+    if said is not None:
+        fitted = _grounded(fitted, schema, _words(said))
     return {**call, "function": {**call["function"], "arguments": json.dumps(fitted, ensure_ascii=False)}}
+
+
+def _words(text: str) -> str:
+    return " " + " ".join(re.findall(r"\w+", text.lower())) + " "
+
+
+def _grounded(arguments: dict, schema: dict, said: str) -> dict:
+    properties, required = schema.get("properties") or {}, set(schema.get("required") or [])
+
+    def named(value: object, spec: dict) -> bool:
+        if isinstance(value, list):
+            return all(named(item, spec.get("items") or {}) for item in value)
+        return not isinstance(value, str) or "enum" in spec or _words(value) in said
+
+    return {name: value for name, value in arguments.items()
+            if name in required or named(value, properties.get(name) or {})}
 
 
 def fit_arguments(arguments: dict, schema: dict) -> dict:

@@ -189,3 +189,17 @@ def test_a_wary_scanner_streams_an_answer_after_its_first_sentence():
     assert scanner.feed("Paris is the capital") == ""
     assert scanner.feed(" of France. It is") == "Paris is the capital of France. It is"
     assert scanner.finish().text == ""
+
+
+def test_free_text_that_names_nothing_the_request_said_is_left_out():
+    said = "Static Context: - names: Bedroom Light  areas: Bedroom\nSet the bedroom light to 40 percent."
+    written = {"name": "Bedroom Light", "area": "Bedroom", "floor": "Ground", "domain": ["light"], "brightness": 40,
+               "color": "red"}
+    schema = {**LIGHT_SET["function"]["parameters"], "properties": {
+        **LIGHT_SET["function"]["parameters"]["properties"], "floor": {"type": "string"}}}
+    call = {"id": "c", "type": "function", "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
+    tool = {"type": "function", "function": {"name": "light__HassLightSet", "parameters": schema}}
+    fitted = json.loads(fit_call(call, [tool], said)["function"]["arguments"])
+    # "Ground" names nothing said; "light" is a word said; "red" is the schema's own enum value.
+    assert fitted == {"name": "Bedroom Light", "area": "Bedroom", "domain": ["light"], "brightness": 40, "color": "red"}
+    assert json.loads(fit_call(call, [tool])["function"]["arguments"])["floor"] == "Ground"  # nothing said: kept

@@ -224,7 +224,8 @@ class TurnEngine:
             if calls := [c for c in parsed.calls if c["function"]["name"] in client_names]:
                 # A call or words, never both: the words held with a call introduce it ("I will use
                 # the GetLiveContext tool"), and Home Assistant would speak them.
-                yield Calls([fit_call(call, client) for call in calls])  # the client runs them and asks again
+                said = " ".join(str(m.get("content") or "") for m in result.messages)
+                yield Calls([fit_call(call, client, said) for call in calls])  # the client runs them and asks again
                 return
             calls = parsed.calls + parsed.unknown if ask_model else []
             if not calls:
