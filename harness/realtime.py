@@ -67,12 +67,16 @@ class RunningServer:
 class Client:
     """A synchronous protocol client: every event it receives must validate as a RealtimeServerEvent."""
 
-    def __init__(self, url: str, api_key: str | None = None, **options):
+    def __init__(self, url: str, api_key: str | None = None, push_to_talk: bool = True, **options):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.ws = connect(url, additional_headers=headers, max_size=None, open_timeout=30, **options)
         self.events: list[dict] = []
         self.session = self.recv()
         assert self.session["type"] == "session.created"
+        if push_to_talk:  # the test says when a question ends: a commit, not the server's VAD (the default)
+            self.send({"type": "session.update", "session": {"type": "realtime",
+                                                             "audio": {"input": {"turn_detection": None}}}})
+            self.until("session.updated")
 
     @property
     def session_id(self) -> str:

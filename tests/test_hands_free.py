@@ -41,6 +41,17 @@ def test_speech_then_silence_is_committed_and_answered_without_a_commit(server, 
     client.close()
 
 
+def test_a_client_that_sets_no_turn_detection_is_hands_free_as_the_ga_api_is(server, speech):
+    """Pipecat's service left at its defaults sends audio and waits: no commit ever comes."""
+    client = Client(server.url(), push_to_talk=False)
+    detection = client.session["session"]["audio"]["input"]["turn_detection"]
+    assert detection["type"] == "server_vad" and detection["create_response"] is True
+    client.append_audio(SILENCE + speech("What is the capital of France?") + SILENCE)
+    response = done(client.until("response.done"))
+    assert response["status"] in ANSWERED and "Paris" in response["output"][0]["content"][0]["transcript"]
+    client.close()
+
+
 def test_speaking_over_a_reply_interrupts_it_and_the_new_question_is_answered(make_server, speech):
     server = make_server(reply_tokens=200)
     client = Client(server.url())

@@ -54,6 +54,11 @@ def meter(level: float, width: int = 30) -> str:
     return "[" + "#" * filled + " " * (width - filled) + f"] {db:5.0f} dB"
 
 
+# The key says when a question ends, not the server's voice activity detection (the protocol's default).
+PUSH_TO_TALK = json.dumps({"type": "session.update", "session": {"type": "realtime",
+                                                                "audio": {"input": {"turn_detection": None}}}})
+
+
 async def send_audio(websocket, pcm: bytes) -> None:
     for start in range(0, len(pcm), APPEND_BYTES):
         chunk = base64.b64encode(pcm[start:start + APPEND_BYTES]).decode()
@@ -69,6 +74,7 @@ async def one_turn(url: str, api_key: str | None, input_wav: str, output_wav: st
     async with await open_connection(url, api_key) as websocket:
         created = json.loads(await websocket.recv())
         print(f"session {created['session']['id']}", file=out, flush=True)
+        await websocket.send(PUSH_TO_TALK)
         await send_audio(websocket, pcm)
         reply = bytearray()
         async for raw in websocket:
@@ -216,6 +222,7 @@ async def talk(url: str, api_key: str | None, device: str | int | None, sd=None,
     try:
         async with await open_connection(url, api_key) as websocket:
             created = json.loads(await websocket.recv())
+            await websocket.send(PUSH_TO_TALK)
             print(f"session {created['session']['id']}: press Enter or space to talk, again to send, q to quit")
             if from_terminal:
                 threading.Thread(target=_keys, args=(loop, keys), daemon=True).start()

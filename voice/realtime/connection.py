@@ -28,7 +28,7 @@ from voice.realtime.items import Items
 from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
 from voice.realtime.transcription import Transcription
-from voice.realtime.turn_detection import SpeechDetector
+from voice.realtime.turn_detection import SpeechDetector, VadSettings
 from voice.turns.engine import TURN_PROBLEMS, ServerBusy, problem_code
 from voice.turns.events import TurnRequest
 from voice.turns.figures import TurnFigures
@@ -70,8 +70,10 @@ class Connection:
     async def run(self) -> None:
         config = self.service.config
         instructions = await asyncio.to_thread(self.service.store.instructions, self.session_id)
+        # A session starts hands-free, with server VAD, as the GA API's do: a client left at its
+        # defaults (Pipecat's) otherwise waits for a commit it never sends.
         self.protocol = RealtimeProtocol(self.session_id, instructions, self.service.voice_name,
-                                         config.max_audio_seconds, config.max_text_chars)
+                                         config.max_audio_seconds, config.max_text_chars, VadSettings())
         reader = asyncio.get_running_loop().create_task(self._read())
         try:
             await self.carry_out(self.protocol.opened())

@@ -78,14 +78,15 @@ class RealtimeProtocol:
     """The protocol state of one connection: the session's settings, the input audio buffer, the
     lifecycle state and the input deferred until it is idle."""
 
-    def __init__(self, session_id: str, instructions: str, voice: str, max_audio_seconds: int, max_text_chars: int):
+    def __init__(self, session_id: str, instructions: str, voice: str, max_audio_seconds: int, max_text_chars: int,
+                 vad: VadSettings | None = None):
         self.session_id, self.instructions, self.voice = session_id, instructions, voice
         self.max_text_chars = max_text_chars
         self.modalities = ["audio"]
         self.speed = 1.0
         self.tools: list[dict] = []  # the client's functions, as OpenAI chat tool specs
         self.tool_choice: str | dict = "auto"
-        self.vad: VadSettings | None = None  # hands-free; None is push-to-talk
+        self.vad = vad  # hands-free; None is push-to-talk
         self.audio = AudioBuffer(max_audio_seconds)
         self.state = IDLE
         self.response: AskedResponse | None = None  # the running (or cancelling) response
