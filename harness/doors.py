@@ -8,6 +8,7 @@ no call id), recorded from the real HA.
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 from pathlib import Path
@@ -62,7 +63,8 @@ WYOMING_EVENTS = [
     {"type": "transcript", "data": {"text": "Say hi.", "context": {"conversation_id": "fuzz"}}},
     {"type": "no-such-event", "data": {"x": 1}},
 ]
-NOT_EVENTS = [b"not json\n", b"[1, 2]\n", b"5\n", b'{"data": {}}\n', b'{"type": 7}\n', b'{"type": "describe", "data": []}\n']
+NOT_EVENTS = [b"not json\n", b"[1, 2]\n", b"5\n", b'{"data": {}}\n', b'{"type": 7}\n',
+              b'{"type": "describe", "data": []}\n']
 
 
 def chat_requests(count: int, seed: int) -> list[tuple[str, bytes]]:
@@ -101,3 +103,14 @@ def wyoming_lines(count: int, seed: int) -> list[bytes]:
     for _ in range(count // 10):
         lines.insert(rng.randrange(len(lines)), rng.choice(NOT_EVENTS))
     return lines[:count]
+
+
+def post(port: int, path: str, body: bytes, timeout: float = 300) -> tuple[int, bytes]:
+    """One request on a connection of its own: the status and the body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()

@@ -71,7 +71,9 @@ def fit_arguments(arguments: dict, schema: dict) -> dict:
 
 def _types(schema: dict) -> list[str]:
     kind = schema.get("type")
-    return [kind] if isinstance(kind, str) else [k for k in kind if isinstance(k, str)] if isinstance(kind, list) else []
+    if isinstance(kind, str):
+        return [kind]
+    return [k for k in kind if isinstance(k, str)] if isinstance(kind, list) else []
 
 
 def _fit(value: object, schema: dict) -> object:

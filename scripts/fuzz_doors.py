@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import http.client
 import json
 import logging
 import sys
@@ -52,22 +51,13 @@ class Tracebacks(logging.Handler):
             self.records.append(record)
 
 
-def post(port: int, path: str, body: bytes) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    try:
-        connection.request("POST", path, body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
-
-
 def fuzz_chat(port: int, count: int, seed: int) -> tuple[collections.Counter, bool]:
     statuses: collections.Counter = collections.Counter()
     for path, body in doors.chat_requests(count, seed):
-        status, _ = post(port, path, body)
+        status, _ = doors.post(port, path, body)
         statuses[f"{path} {status}"] += 1
-    status, reply = post(port, "/api/chat", json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode())
+    valid = json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode()
+    status, reply = doors.post(port, "/api/chat", valid)
     return statuses, status == 200 and json.loads(reply).get("done") is True
 
 

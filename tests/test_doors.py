@@ -8,7 +8,6 @@ seeded sample of mutations, as scripts/fuzz_doors.py does with thousands.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import logging
 
@@ -20,7 +19,7 @@ from wyoming.info import Info
 from wyoming.tts import Synthesize
 
 from harness import doors
-from harness.fuzz import mutations, sample
+from harness.fuzz import mutations
 from tests.helpers import free_port
 from voice.chat import ollama, openai_chat
 from voice.chat.turn import BadRequest, ChatRequest
@@ -101,23 +100,13 @@ def test_a_line_that_is_not_json_is_skipped_and_lost_framing_ends_the_stream():
     assert asyncio.run(read(chunk + describe)) == ["audio-chunk", "describe"]
 
 
-def _post(port: int, path: str, body: bytes) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        connection.request("POST", path, body, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
-
-
 def test_a_live_fuzz_of_the_chat_apis_gets_no_500_and_no_traceback(make_server, caplog):
     server = make_server(research="off", reply_tokens=2)
     caplog.set_level(logging.WARNING, logger="parlour")
     requests = doors.chat_requests(count=160, seed=7)
     statuses: dict[int, int] = {}
     for path, body in requests:
-        status, reply = _post(server.port, path, body)
+        status, reply = doors.post(server.port, path, body)
         statuses[status] = statuses.get(status, 0) + 1
         if status >= 400:
             problem = json.loads(reply)["error"]
@@ -125,10 +114,11 @@ def test_a_live_fuzz_of_the_chat_apis_gets_no_500_and_no_traceback(make_server, 
     assert not [s for s in statuses if s >= 500], statuses
     assert statuses.get(400, 0) > 50 and statuses.get(200, 0) > 20, statuses
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info][:3]
-    status, reply = _post(server.port, "/api/chat", json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode())
+    valid = json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode()
+    status, reply = doors.post(server.port, "/api/chat", valid)
     assert status == 200 and json.loads(reply)["done"] is True
     # Ollama's way to load a model: a chat with no messages (this one is always loaded).
-    status, reply = _post(server.port, "/api/chat", b'{"model": "parlour:latest", "messages": []}')
+    status, reply = doors.post(server.port, "/api/chat", b'{"model": "parlour:latest", "messages": []}')
     assert status == 200 and json.loads(reply)["done_reason"] == "load"
 
 
