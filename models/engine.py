@@ -10,7 +10,7 @@ Repacking is llama.cpp's "extra buffer types" (`use_extra_bufts`, the server's `
 with them off the weights stay as the GGUF stores them. llama-cpp-python builds its model
 parameters inside `Llama()` and takes no such argument, so `open_llama` supplies them for the
 duration of the load and checks afterwards that they took effect. With repacking off prefill was
-also faster on the CPUs measured (README: Speed; `scripts/bench_engine.py`), so it is off on every
+also faster on the CPUs measured (docs/models.md, the engine; `scripts/bench_engine.py`), so it is off on every
 CPU unless `llm_repack` asks for it, and that is refused where the build would use AMX.
 """
 
@@ -33,7 +33,7 @@ class EngineRefused(ValueError):
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How llama.cpp evaluates: chosen by `scripts/bench_engine.py`'s figures (README: Speed)."""
+    """How llama.cpp evaluates: chosen by `scripts/bench_engine.py`'s figures (docs/models.md: The engine)."""
 
     repack: bool = False  # llama.cpp's extra buffer types: weights repacked for AMX or wide SIMD
     ubatch: int = 512  # tokens evaluated per micro-batch during prefill

@@ -320,7 +320,7 @@ class LanguageModel:
         removed (an old exchange, old research): each span leaves the KV cache and what follows it
         moves down, instead of everything after the first change being evaluated again. The kept
         tokens' cache was computed beside the removed text, so this approximates an exact prefill
-        (README: Speed). Returns how many leading tokens of `prompt` are now cached."""
+        (docs/speed.md: KV shift). Returns how many leading tokens of `prompt` are now cached."""
         llm = self._llm
         cached = llm._input_ids.tolist()
         spans, kept = removed_spans(cached, prompt)

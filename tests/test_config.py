@@ -67,17 +67,17 @@ def test_switches_read_true_and_false_from_every_source(tmp_path):
     assert load_config({"kv_shift": "true"}, env={"PARLOUR_KV_SHIFT": "no"}, config_file=path).kv_shift is True
 
 
-def test_every_setting_is_described_once_and_the_readme_table_agrees(capsys, monkeypatch):
+def test_every_setting_is_described_once_and_the_docs_table_agrees(capsys, monkeypatch):
     from dataclasses import MISSING, fields
     from pathlib import Path
 
     from voice.cli import build_parser
     from voice.config import KEYS, Config, help_text
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    table = dict(re.findall(r"(?m)^\| `(\w+)` \| `--[\w-]+` \| `PARLOUR_\w+` \| (.*) \|$", readme))
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    table = dict(re.findall(r"(?m)^\| `(\w+)` \| `--[\w-]+` \| `PARLOUR_\w+` \| (.*) \|$", docs))
     assert set(table) == set(KEYS)  # a row for each setting, and none for a setting that does not exist
-    for row in re.findall(r"(?m)^\| `(\w+)` \| `(--[\w-]+)` \| `(PARLOUR_\w+)` \|", readme):
+    for row in re.findall(r"(?m)^\| `(\w+)` \| `(--[\w-]+)` \| `(PARLOUR_\w+)` \|", docs):
         assert row == (row[0], "--" + row[0].replace("_", "-"), "PARLOUR_" + row[0].upper())
     monkeypatch.setenv("COLUMNS", "1000")  # help lines unwrapped: a narrow terminal breaks words at hyphens
     with pytest.raises(SystemExit):
@@ -90,5 +90,5 @@ def test_every_setting_is_described_once_and_the_readme_table_agrees(capsys, mon
             assert setting.metadata["help"], setting.name  # the one description, which the CLI shows
         if setting.default is not MISSING and isinstance(setting.default, (bool, int, float)):
             shown = str(setting.default).lower() if isinstance(setting.default, bool) else str(setting.default)
-            # The README states the same default as Config (32000 is written 32000 in both).
+            # docs/configuration.md states the same default as Config (32000 is written 32000 in both).
             assert re.match(rf"`?{re.escape(shown)}\b", table[setting.name]), (setting.name, table[setting.name])

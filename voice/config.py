@@ -31,7 +31,7 @@ DEFAULT_INSTRUCTIONS = (
 
 def described(default: object = MISSING, help: str = "", *, default_factory: object = MISSING) -> object:
     """A setting: its default and its one description, which the CLI's help shows (with the
-    default appended where the description does not say it) and the README's table is checked
+    default appended where the description does not say it) and docs/configuration.md's table is checked
     against (tests/test_config.py)."""
     return field(default=default, default_factory=default_factory, metadata={"help": help})
 
@@ -68,7 +68,8 @@ class Config:
                                                         "(default: Parlour's own, in voice/config.py)")
     research: str = described("auto", "auto (search the knowledge base for every question it bears on), model "
                                       "(the model decides) or off")
-    # 180 by measurement (README: Speed): at 150 the research evaluation lost answers that 250 kept.
+    # 180 by measurement (docs/research.md: Hearing the knowledge base): at 150 the research evaluation
+    # lost answers that 250 kept.
     voice_research_tokens: int = described(180, "a spoken turn's search results are cut to the sentences that "
                                                 "bear on the question, this many tokens at most")
     knowledge: str = described("", "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)")

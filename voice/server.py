@@ -69,7 +69,8 @@ class Service:
     def __init__(self, config: Config, llm, stt, tts, store: SessionStore, knowledge: KnowledgeBase | None):
         self.config, self.llm, self.stt, self.tts = config, llm, stt, tts
         self.store, self.knowledge = store, knowledge
-        # Whisper expects the knowledge base's names: "GNU" rather than "G&U" (README: Research).
+        # Whisper expects the knowledge base's names: "GNU" rather than "G&U"
+        # (docs/research.md: Hearing the knowledge base).
         self.hotwords = " ".join(knowledge.vocabulary()) if knowledge is not None else ""
         framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
         self.research = Research(config.research, knowledge, store, spoken_tokens=config.voice_research_tokens,

@@ -77,7 +77,7 @@ class ChatRequest:
     include_usage: bool = False  # OpenAI's stream_options.include_usage
     context: int | None = None  # Ollama's num_ctx: a smaller context than the service's is used
     # Earlier exchanges that called the client's functions stay in the prompt. Home Assistant's
-    # calls act on the home and its tools read the state live, so its earlier commands go (turns.py).
+    # calls act on the home and its tools read the state live, so its earlier commands go (voice/turns/engine.py).
     earlier_calls: bool = True
 
 
