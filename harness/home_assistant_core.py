@@ -37,6 +37,8 @@ from typing import Any
 
 from websockets.sync.client import connect
 
+from harness.realtime import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = REPO / "scripts" / "install_home_assistant"
 
@@ -55,10 +57,6 @@ def install(timeout: float = 1800) -> str:
     return run.stdout.strip().splitlines()[-1]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- the home ---------------------------------------------------------------------------------

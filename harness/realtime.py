@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import threading
 from dataclasses import replace
 
@@ -18,6 +19,13 @@ from voice.server import Service
 SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 # A response that answered: whole, or cut at max_output_tokens (tests keep replies short).
 ANSWERED = ("completed", "incomplete")
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for servers given a port, not port 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class RunningServer:

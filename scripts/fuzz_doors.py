@@ -11,7 +11,7 @@ It prints the statuses and error codes counted, the tracebacks the service logge
 each door still answered a valid request at the end. It exits 1 if any answer was a 5xx, any
 traceback was logged or a door stopped answering.
 
-Run: .venv/bin/python scripts/fuzz_doors.py [--seed 1] [--requests 5000] [--events 5000]
+Run: .venv/bin/python scripts/fuzz_doors.py [--seed 1] [--requests 5000] [--events 5000] [--profile NAME]
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from wyoming.info import Info  # noqa: E402
 from wyoming.tts import Synthesize  # noqa: E402
 
 from harness import doors  # noqa: E402
-from harness.realtime import RunningServer  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
+from harness.realtime import RunningServer, free_port  # noqa: E402
 from voice.config import Config  # noqa: E402
 from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
 
@@ -53,9 +52,11 @@ class Tracebacks(logging.Handler):
 
 def fuzz_chat(port: int, count: int, seed: int) -> tuple[collections.Counter, bool]:
     statuses: collections.Counter = collections.Counter()
-    for path, body in doors.chat_requests(count, seed):
+    for n, (path, body) in enumerate(doors.chat_requests(count, seed), 1):
         status, _ = doors.post(port, path, body)
         statuses[f"{path} {status}"] += 1
+        if n % 500 == 0:
+            print(f"  {n} requests sent", file=sys.stderr, flush=True)
     valid = json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode()
     status, reply = doors.post(port, "/api/chat", valid)
     return statuses, status == 200 and json.loads(reply).get("done") is True
@@ -89,10 +90,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--profile", default="", help="a language model profile (default: the default); what is "
+                        "checked comes before the model, and a valid request's prompt is evaluated whole")
     args = parser.parse_args()
     tracebacks = Tracebacks()
     logging.getLogger().addHandler(tracebacks)
-    config = Config(threads=2, research="off", reply_tokens=2, temperature=0.0)
+    config = Config(threads=2, research="off", reply_tokens=2, temperature=0.0, llm_model=args.profile)
     wyoming_port = free_port()
     with tempfile.TemporaryDirectory() as data:
         server = RunningServer(replace(config, data_dir=data, wyoming_port=wyoming_port),

@@ -1,18 +1,11 @@
-"""Small helpers that several test modules use (test modules do not import each other): a free
-port, a small knowledge base, and what every fitted prompt must be."""
+"""Small helpers that several test modules use (test modules do not import each other): a small
+knowledge base, and what every fitted prompt must be."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def write_docs(folder) -> None:

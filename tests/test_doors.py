@@ -20,7 +20,7 @@ from wyoming.tts import Synthesize
 
 from harness import doors
 from harness.fuzz import mutations
-from tests.helpers import free_port
+from harness.realtime import free_port
 from voice.chat import ollama, openai_chat
 from voice.chat.turn import BadRequest, ChatRequest
 from voice.wyoming.events import BadEvent, LostFraming, parse, read_event

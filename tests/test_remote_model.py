@@ -18,7 +18,7 @@ from models.llm import LanguageModel
 from models.remote_llm import ModelServerError, RemoteLanguageModel
 from models.weights import resolve
 from harness.realtime import ANSWERED, Client, done, reply_text
-from tests.helpers import free_port
+from harness.realtime import free_port
 from voice.knowledge.research import compact_calls, evidence_first
 
 

@@ -17,7 +17,8 @@ from wyoming.handle import Handled
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
-from tests.helpers import free_port, until
+from harness.realtime import free_port
+from tests.helpers import until
 from voice.wyoming.assistant import session_for
 from voice.knowledge.research import compact_calls, evidence_first
 
