@@ -25,6 +25,9 @@ HOME_ASSISTANT_AFTER_CALL = json.loads((RECORDED / "home_assistant_2026_11_chat_
 # the model, and a changed prompt is evaluated whole.
 SHORT_HOME_ASSISTANT_CHAT = {**HOME_ASSISTANT_CHAT, "tools": HOME_ASSISTANT_CHAT["tools"][4:6], "messages": [
     {"role": "system", "content": "You control a home."}, {"role": "user", "content": "Porch light on."}]}
+SHORT_HOME_ASSISTANT_AFTER_CALL = {**HOME_ASSISTANT_AFTER_CALL, "tools": HOME_ASSISTANT_CHAT["tools"][4:6],
+                                   "messages": [SHORT_HOME_ASSISTANT_CHAT["messages"][0],
+                                                *HOME_ASSISTANT_AFTER_CALL["messages"][1:]]}
 OLLAMA_BODIES = [
     HOME_ASSISTANT_CHAT,
     HOME_ASSISTANT_AFTER_CALL,
@@ -70,14 +73,17 @@ NOT_EVENTS = [b"not json\n", b"[1, 2]\n", b"5\n", b'{"data": {}}\n', b'{"type": 
 def chat_requests(count: int, seed: int) -> list[tuple[str, bytes]]:
     """`count` (path, body) pairs: mutated chat and show bodies, and some that are not objects."""
     rng = random.Random(seed)
-    bodies = [("/api/chat", b) for b in sample([SHORT_HOME_ASSISTANT_CHAT, *OLLAMA_BODIES[1:]], count // 2, seed,
-                                                keep=())]
-    bodies += [("/v1/chat/completions", b) for b in sample(OPENAI_BODIES, count // 3, seed + 1, keep=())]
-    bodies += [("/api/show", b) for b in sample([SHOW_BODY], count // 12, seed + 2, keep=())]
-    wire = [(path, json.dumps(body).encode()) for path, body in bodies]
+    # Home Assistant's shapes with short prompts, and the mutations of each body one after another:
+    # a valid one runs the model, and a prompt like the one before is mostly in its cache.
+    valid = [("/api/chat", SHORT_HOME_ASSISTANT_CHAT), ("/api/chat", SHORT_HOME_ASSISTANT_AFTER_CALL),
+             ("/api/chat", OLLAMA_BODIES[2]), ("/v1/chat/completions", OPENAI_BODIES[0]),
+             ("/v1/chat/completions", OPENAI_BODIES[1]), ("/api/show", SHOW_BODY)]
+    share = count * 9 // 10 // len(valid)
+    wire = [(path, json.dumps(body).encode()) for n, (path, value) in enumerate(valid)
+            for body in sample([value], share, seed + n, keep=())]
     while len(wire) < count:
-        wire.append((rng.choice(["/api/chat", "/v1/chat/completions", "/api/show"]), rng.choice(NOT_OBJECTS)))
-    rng.shuffle(wire)
+        wire.insert(rng.randrange(len(wire) + 1),
+                    (rng.choice(["/api/chat", "/v1/chat/completions", "/api/show"]), rng.choice(NOT_OBJECTS)))
     return wire
 
 
