@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 _DECODER = json.JSONDecoder()
 _MARKUP = re.compile(r"</?tool(?:_call|s)?>|```(?:json)?")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+# The start of a call that never ended: its tag, or a ```json fence with nothing or a name after it.
+_CUT_CALL = re.compile(r'\s*(?:<tool|```(?:json)?\s*(?:$|\{\s*"name"))')
 # Python's words for JSON's, each as long as its JSON twin, so a call's span is the same in both.
 _PYTHON_WORDS = re.compile(r"\b(?:None|True|False)\b")
 _JSON_WORDS = {"None": "null", "True": "true", "False": "false"}
@@ -121,7 +123,7 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
             text = undoubled
     if not spans and _PYTHON_WORDS.search(text):  # a call written as a Python dict: None, True, False
         calls, spans = _scan(_PYTHON_WORDS.sub(lambda word: _JSON_WORDS[word.group()], text))
-    if not spans and text.lstrip().startswith("<tool"):  # a call cut off by the length limit
+    if not spans and _CUT_CALL.match(text):  # a call cut off by the length limit
         return ParsedReply("", [], [new_call("unreadable", {})])
     offered = [call for call in calls if call["function"]["name"] in names]
     unknown = [call for call in calls if call["function"]["name"] not in names]

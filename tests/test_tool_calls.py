@@ -203,3 +203,9 @@ def test_free_text_that_names_nothing_the_request_said_is_left_out():
     # "Ground" names nothing said; "light" is a word said; "red" is the schema's own enum value.
     assert fitted == {"name": "Bedroom Light", "area": "Bedroom", "domain": ["light"], "brightness": 40, "color": "red"}
     assert json.loads(fit_call(call, [tool])["function"]["arguments"])["floor"] == "Ground"  # nothing said: kept
+
+
+@pytest.mark.parametrize("text", ["```json", '```json\n{"name": "light__HassLightSet", "argu', "<tool_call>\n{"])
+def test_a_call_cut_off_by_the_length_limit_is_never_shown(text):
+    parsed = parse_tool_calls(text, ["light__HassLightSet"])
+    assert parsed.text == "" and [c["function"]["name"] for c in parsed.unknown] == ["unreadable"]
