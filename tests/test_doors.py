@@ -22,7 +22,9 @@ from harness import doors
 from harness.fuzz import mutations
 from harness.realtime import free_port
 from voice.chat import ollama, openai_chat
+from models.tool_schema import fit_call
 from voice.chat.turn import BadRequest, ChatRequest
+from voice.turns.tools import tool_instructions
 from voice.wyoming.events import BadEvent, LostFraming, parse, read_event
 
 
@@ -45,7 +47,16 @@ def test_every_mutated_chat_body_is_parsed_or_refused_naming_its_field(parse_bod
     parsed = refused = 0
     for value, body in [(value, mutated) for value in valid for mutated in mutations(value, keep=())]:
         try:
-            assert isinstance(parse_body(body), ChatRequest)
+            chat = parse_body(body)
+            assert isinstance(chat, ChatRequest)
+            # What reads a request's tools after the door: their description in words (a template
+            # that knows no tools) and the fitting of a call's arguments to their schema.
+            described = tool_instructions(False, chat.tools)
+            assert all(f"- {tool['function']['name']}(" in described for tool in chat.tools)
+            for tool in chat.tools:
+                call = {"id": "c", "type": "function", "function": {"name": tool["function"]["name"],
+                                                                    "arguments": '{"name": "x", "area": ["y"]}'}}
+                assert json.loads(fit_call(call, chat.tools, "x")["function"]["arguments"]) is not None
             parsed += 1
         except BadRequest as bad:
             refused += 1

@@ -56,3 +56,19 @@ def json_value(text: str | bytes) -> object:
     except UnicodeEncodeError:
         raise ValueError("it holds a lone surrogate, which is not text") from None
     return value
+
+
+def parameters_problem(parameters: object) -> str | None:
+    """What is wrong with a function tool's `parameters`, or None: the OpenAI packages type them as
+    any object, and the prompt and the fitting of calls read `properties` (an object of JSON
+    schemas) and `required` (a list of names). The field at fault is named."""
+    if parameters is None:
+        return None
+    if not isinstance(parameters, dict):
+        return "parameters: must be a JSON schema object"
+    properties, required = parameters.get("properties", {}), parameters.get("required", [])
+    if not isinstance(properties, dict) or not all(isinstance(p, dict) for p in properties.values()):
+        return "parameters.properties: must be an object of JSON schemas"
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        return "parameters.required: must be a list of names"
+    return None

@@ -17,6 +17,7 @@ from openai.types import chat as chat_types
 from openai.types.chat import completion_create_params
 
 from voice.chat.turn import BadRequest, ChatRequest, validated
+from voice.validation import parameters_problem
 from voice.turns.figures import TurnFigures
 from voice.turns.events import Calls, Delta
 
@@ -45,6 +46,9 @@ def chat_request(body: object) -> ChatRequest:
     tools = params.get("tools") or []
     if not isinstance(body.get("tools") or [], list) or any(t.get("type") != "function" for t in tools):
         raise BadRequest('tools: must be a list of {"type": "function", "function": {"name": ...}}', "tools")
+    for n, tool in enumerate(tools):
+        if problem := parameters_problem(tool["function"].get("parameters")):
+            raise BadRequest(f"tools.{n}.function.{problem}", f"tools.{n}.function.{problem.split(':')[0]}")
     limit_field = "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
     limit = params.get(limit_field)
     if limit is not None and limit < 1:

@@ -10,6 +10,7 @@ import json
 
 from voice.realtime.client_events import BadEvent
 from voice.realtime.turn_detection import VadSettings
+from voice.validation import parameters_problem
 
 MODALITIES = ({"text"}, {"audio"})
 # No model judges whether a sentence is finished here: semantic_vad's eagerness becomes a silence
@@ -37,6 +38,8 @@ def function_tools(tools: list, param: str) -> list[dict]:
         if getattr(tool, "type", None) not in (None, "function") or not getattr(tool, "name", None):
             raise BadEvent(f"{param}[{n}]: only function tools with a name are supported", "invalid_value",
                            f"{param}.{n}")
+        if problem := parameters_problem(tool.parameters):
+            raise BadEvent(f"{param}[{n}].{problem}", "invalid_value", f"{param}.{n}.{problem.split(':')[0]}")
         parameters = tool.parameters if isinstance(tool.parameters, dict) else {"type": "object", "properties": {}}
         specs.append({"type": "function", "function": {"name": tool.name, "description": tool.description or "",
                                                        "parameters": parameters}})
