@@ -95,6 +95,12 @@ def _act(action: str, entity_id: str, **data: Any) -> dict:
     return {"action": action, "target": {"entity_id": entity_id}, **({"data": data} if data else {})}
 
 
+def _on_off(on: str) -> dict:
+    """A template entity that is on while the helper `on` is, and turns it on and off."""
+    return {"state": f"{{{{ is_state('{on}', 'on') }}}}", "turn_on": [_act("input_boolean.turn_on", on)],
+            "turn_off": [_act("input_boolean.turn_off", on)]}
+
+
 def configuration(home: tuple[Device, ...], port: int) -> dict:
     """configuration.yaml (as JSON, which is YAML too) for `home` with HA's HTTP server on `port`.
 
@@ -111,18 +117,13 @@ def configuration(home: tuple[Device, ...], port: int) -> dict:
         if device.domain == "light":
             numbers[f"{device.slug}_level"] = {"name": f"{device.name} level", "min": 0, "max": 255,
                                               "step": 1, "initial": 0}
-            entity |= {
-                "state": f"{{{{ is_state('{on}', 'on') }}}}",
+            entity |= _on_off(on) | {
                 "level": f"{{{{ states('{level}') | int(0) }}}}",
-                "turn_on": [_act("input_boolean.turn_on", on)],
-                "turn_off": [_act("input_boolean.turn_off", on)],
                 "set_level": [_act("input_number.set_value", level, value="{{ brightness }}"),
                               _act("input_boolean.turn_on", on)],
             }
         elif device.domain == "switch":
-            entity |= {"state": f"{{{{ is_state('{on}', 'on') }}}}",
-                       "turn_on": [_act("input_boolean.turn_on", on)],
-                       "turn_off": [_act("input_boolean.turn_off", on)]}
+            entity |= _on_off(on)
         elif device.domain == "lock":
             entity |= {"state": f"{{{{ 'locked' if is_state('{on}', 'on') else 'unlocked' }}}}",
                        "lock": [_act("input_boolean.turn_on", on)],
@@ -130,11 +131,8 @@ def configuration(home: tuple[Device, ...], port: int) -> dict:
         elif device.domain == "fan":
             numbers[f"{device.slug}_level"] = {"name": f"{device.name} level", "min": 0, "max": 100,
                                               "step": 1, "initial": 0}
-            entity |= {
-                "state": f"{{{{ is_state('{on}', 'on') }}}}",
+            entity |= _on_off(on) | {
                 "percentage": f"{{{{ states('{level}') | int(0) }}}}",
-                "turn_on": [_act("input_boolean.turn_on", on)],
-                "turn_off": [_act("input_boolean.turn_off", on)],
                 "set_percentage": [_act("input_number.set_value", level, value="{{ percentage }}"),
                                    _act("input_boolean.turn_on", on)],
             }
