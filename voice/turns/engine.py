@@ -127,8 +127,11 @@ class TurnEngine:
             # user said in other conversations misled its device commands, so only the knowledge
             # base, where it bears on the question, is searched (a draft's research recalled too).
             recall = not request.offered_tools()
-            exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures) \
-                if question and recall else None if question else []  # the draft's research, if it was this question
+            exchange = None  # not researched yet
+            if not question:
+                exchange = []  # function results are the evidence
+            elif recall:  # the research of a draft that heard this question, if one did
+                exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures)
             if exchange is None:
                 exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
                                                    request.session_id, recall)
