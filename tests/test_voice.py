@@ -418,8 +418,9 @@ def test_evidence_a_draft_found_while_the_user_still_spoke_is_prefilled_and_read
     client.send({"type": "response.create", "response": {"output_modalities": ["audio"], "max_output_tokens": 16}})
     assert done(client.until("response.done"))["status"] in ANSWERED
     figures = server.service.store.messages(client.session_id)[-1].figures
-    # At release the evidence was read from the cache: what was left is the question and the reply's opening.
-    assert figures["preempted_tokens"] > 0 and figures["evaluated_tokens"] < figures["research_tokens"] / 2
+    # At release evidence was read from the cache: unread, the evidence alone is more than was evaluated. How much
+    # of it the draft had evaluated by release depends on the CPU's speed, so no finer share is asserted.
+    assert figures["preempted_tokens"] > 0 and figures["evaluated_tokens"] < figures["research_tokens"]
     stored = [m["role"] for m in server.service.store.transcript(client.session_id)]
     assert stored == ["system", "user", "assistant", "tool", "assistant"]
     client.close()
