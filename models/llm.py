@@ -10,6 +10,7 @@ models.chat_template's; the reply as it streams is models.reply's.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -152,20 +153,27 @@ class LanguageModel:
     # Generation -------------------------------------------------------------------------------
     def stream(
         self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
-        tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "", must_call: bool = False,
+        tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
+        must_call: bool | str = False,
     ) -> ReplyStream:
         """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
         reply from starting with anything that opens a tool call (a reply after the results), and
         `not_like` from starting with that text's first token (an earlier reply to the same prompt
         that could not be used: greedy decoding would only write it again). `must_call` makes it
-        start with the opening of a call (a client's `required` tool_choice)."""
+        start with the opening of a call (a client's `required` tool_choice), and a tool's name with
+        that tool's call, whose opening is written for the model: it writes only the arguments."""
         prompt = self.tokens(messages, tools)
+        opening = ""
+        if isinstance(must_call, str):
+            opening, must_call = f'{{"name": {json.dumps(must_call)}, "arguments": {{', False
+            prompt = prompt + self._tokenize(opening)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))
         avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() else []
-        reply._pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
-                                       open_with_call, avoid, must_call)
+        pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
+                                open_with_call, avoid, must_call)
+        reply._pieces = itertools.chain([opening], pieces) if opening else pieces
         return reply
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:

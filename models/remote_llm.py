@@ -205,17 +205,19 @@ class RemoteLanguageModel:
 
     def stream(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
                tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
-               must_call: bool = False) -> ReplyStream:
+               must_call: bool | str = False) -> ReplyStream:
         """The reply, streamed from the server as it is iterated. `open_with_call` and `not_like` are
         the local model's first-token bans; a server offers no such control, so they are not sent
         (the turn engine still keeps a second attempt's calls out of the reply). `must_call` asks
-        for a call with `tool_choice: "required"`."""
+        for a call with `tool_choice: "required"`, or, as a tool's name, for that tool's call."""
         body: dict = {"model": "parlour", "messages": [_wire(m) for m in messages], "max_tokens": max_tokens,
                       "temperature": temperature, "stream": True, "stream_options": {"include_usage": True},
                       "cache_prompt": True}
         if tools:
             body["tools"] = tools
-            if must_call:
+            if isinstance(must_call, str):
+                body["tool_choice"] = {"type": "function", "function": {"name": must_call}}
+            elif must_call:
                 body["tool_choice"] = "required"
         reply = ReplyStream(iter(()))
         reply.stats.prompt_tokens = self.count(messages, tools)

@@ -125,18 +125,33 @@ def parse_tool_calls(text: str, names: Collection[str], described: Mapping[str, 
         calls, spans = _scan(_PYTHON_WORDS.sub(lambda word: _JSON_WORDS[word.group()], text))
     if not spans and _CUT_CALL.match(text):  # a call cut off by the length limit
         return ParsedReply("", [], [new_call("unreadable", {})])
+    for call in calls:
+        call["function"]["name"] = _offered_name(call["function"]["name"], names)
     offered = [call for call in calls if call["function"]["name"] in names]
     unknown = [call for call in calls if call["function"]["name"] not in names]
     return ParsedReply(_leftover(text, spans), offered, unknown)
+
+
+def _offered_name(name: str, names: Collection[str]) -> str:
+    """`name`, or the one offered tool it names without its prefix: Home Assistant's tools are
+    `homeassistant__GetLiveContext` and the like, and a model may call `GetLiveContext`."""
+    if name in names:
+        return name
+    matching = [offered for offered in names if offered.rsplit("__", 1)[-1].lower() == name.lower()]
+    return matching[0] if len(matching) == 1 else name
 
 
 def announces_call(sentence: str, names: Collection[str]) -> bool:
     """Words that introduce a call rather than answer: a sentence that ends in a colon ("you can
     use the following command:") or names a tool, whole or without its prefix (Home Assistant's
     `intent__HassTurnOn` is called "HassTurnOn")."""
-    said = sentence.strip().lower()
-    words = {name.lower() for name in names} | {name.rsplit("__", 1)[-1].lower() for name in names}
-    return said.endswith(":") or any(word in said for word in words)
+    return sentence.strip().endswith(":") or bool(named_tools(sentence, names))
+
+
+def named_tools(sentence: str, names: Collection[str]) -> list[str]:
+    """The tools among `names` that `sentence` names, whole or without their prefix."""
+    said = sentence.lower()
+    return [name for name in names if name.lower() in said or name.rsplit("__", 1)[-1].lower() in said]
 
 
 class CallScanner:
@@ -155,6 +170,8 @@ class CallScanner:
         self._released = 0
         self._holding = False
         self._first_sentence = bool(self.described) or wary
+        self.announced = False  # the first sentence introduced a call ("I will use the ... tool")
+        self.named: list[str] = []  # the tools it named
 
     def feed(self, piece: str) -> str:
         self._text += piece
@@ -165,7 +182,8 @@ class CallScanner:
                 return ""
             self._first_sentence = False
             sentence = self._text[:_SENTENCE_END.search(self._text).end()]
-            if _described(self._text, self.described) or announces_call(sentence, self.names):
+            self.announced, self.named = announces_call(sentence, self.names), named_tools(sentence, self.names)
+            if self.announced or _described(self._text, self.described):
                 self._holding = True
                 return ""
         pending = self._text[self._released:]

@@ -10,7 +10,8 @@ other device changed; a state question is right when HA's spoken answer says the
 of the commands are follow-ups in the conversation before them ("And turn it off again."). Two
 plain questions follow, right when the answer holds the fact.
 
-It prints a row per command (right or wrong, seconds in HA, what HA said), then the right count,
+It prints a row per command (right or wrong, seconds in HA, what HA said, and for each request
+the tokens the model evaluated and wrote and its milliseconds), then the right count,
 the median seconds of the commands after the first, and the first command's seconds (the prompt
 evaluated whole). It asserts nothing.
 
@@ -107,6 +108,14 @@ def called(body: dict) -> str:
     return " | ".join(json.dumps(m.get("tool_calls") or m.get("content"))[:200] for m in after) or "(none)"
 
 
+def replies(server: RunningServer, earlier: list) -> str:
+    """What the model did for each request since the turns `earlier`: tokens of the prompt it
+    evaluated (of all), tokens it wrote, and milliseconds to the first text and to the end."""
+    turns = [f for f in server.service.engine.recent if not any(f is e for e in earlier)]
+    return " | ".join(f"{f.evaluated_tokens}/{f.prompt_tokens} in, {f.completion_tokens} out"
+                      f"{', a call' if f.tool_calls else ''}, {f.ttft_ms}/{f.total_ms} ms" for f in turns)
+
+
 def right(command: Command, before: dict, after: dict, answer: str, response_type: str) -> bool:
     if command.after is None:
         return says(answer, command.before)
@@ -145,7 +154,7 @@ def main() -> int:
                 if not command.follow_up or home.state(command.entity)["state"] != command.before:
                     put(home, command.entity, command.before, command.given)
                 before = states(home, entities)
-                started = time.perf_counter()
+                started, earlier = time.perf_counter(), list(server.service.engine.recent)
                 answer = home.converse(command.text, agent, conversation)
                 seconds = time.perf_counter() - started
                 conversation = answer.get("conversation_id")
@@ -155,6 +164,7 @@ def main() -> int:
                 rows.append((command.text, ok, seconds, speech(answer)))
                 print(f"{'right' if ok else 'WRONG':<6} {seconds:5.1f} s  {command.text:<42} {speech(answer)[:90]!r}",
                       flush=True)
+                print(f"{'':15}model: {replies(server, earlier)}", flush=True)
                 if not ok:
                     print(f"{'':15}calls: {called(proxy.chat_bodies()[-1])}", flush=True)
             answered = []

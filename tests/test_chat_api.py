@@ -174,6 +174,18 @@ def test_openai_function_calling_round_trip(server):
     assert session[2] == {"role": "tool", "content": "Snow, minus 4 degrees.", "tool_call_id": call.id}
 
 
+def test_a_named_tool_choice_is_a_call_to_that_tool_whatever_was_asked(server):
+    tools = [{"type": "function", "function": {"name": name, "description": f"The {name.split('_')[1]} of a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}
+             for name in ("get_weather", "get_population")]
+    reply = openai_client(server).chat.completions.create(
+        model="parlour", messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=tools,
+        tool_choice={"type": "function", "function": {"name": "get_population"}}, max_tokens=40)
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.function.name == "get_population" and json.loads(call.function.arguments)["city"] == "Oslo"
+
+
 def test_a_long_history_is_fitted_and_kept(make_server):
     server = make_server(context=1024)
     history = []

@@ -181,6 +181,7 @@ def test_words_that_introduce_a_call_are_never_shown(pieces):
     names = ["homeassistant__GetLiveContext", "light__HassLightSet"]
     scanner = CallScanner(names, wary=True)
     assert "".join(scanner.feed(p) for p in pieces) == ""
+    assert scanner.announced  # had no call followed, the turn engine would make the model call
     assert len(scanner.finish().calls) == 1
 
 
@@ -188,6 +189,7 @@ def test_a_wary_scanner_streams_an_answer_after_its_first_sentence():
     scanner = CallScanner(["light__HassLightSet"], wary=True)
     assert scanner.feed("Paris is the capital") == ""
     assert scanner.feed(" of France. It is") == "Paris is the capital of France. It is"
+    assert not scanner.announced
     assert scanner.finish().text == ""
 
 
@@ -209,3 +211,11 @@ def test_free_text_that_names_nothing_the_request_said_is_left_out():
 def test_a_call_cut_off_by_the_length_limit_is_never_shown(text):
     parsed = parse_tool_calls(text, ["light__HassLightSet"])
     assert parsed.text == "" and [c["function"]["name"] for c in parsed.unknown] == ["unreadable"]
+
+
+def test_a_call_to_a_tool_named_without_its_prefix_is_a_call_to_that_tool():
+    names = ["homeassistant__GetLiveContext", "intent__HassTurnOn", "light__HassTurnOn"]
+    parsed = parse_tool_calls('{"name": "GetLiveContext", "arguments": {}}', names)
+    assert [c["function"]["name"] for c in parsed.calls] == ["homeassistant__GetLiveContext"]
+    ambiguous = parse_tool_calls('{"name": "HassTurnOn", "arguments": {}}', names)  # two tools end so
+    assert not ambiguous.calls and [c["function"]["name"] for c in ambiguous.unknown] == ["HassTurnOn"]

@@ -188,7 +188,7 @@ class TurnEngine:
         """Fit and stream, at most twice: under the `model` policy a reply that calls `search`
         runs it, and the second attempt answers from what it found. `researched`: the question's
         `auto` research is in the prompt (read before the question: evidence_first)."""
-        unused = ""
+        unused, announced = "", False  # announced: bool | str, as `must_call` takes it
         client = request.offered_tools()
         client_names = {t["function"]["name"] for t in client}
         offered = self._offer(client)  # the same on both attempts: the prompt's prefix stays
@@ -197,8 +197,9 @@ class TurnEngine:
             ask_model = self.research.policy == "model" and attempt == 0
             result = await self._fit(request, offered)
             # After the results, the reply may not open with a call: small models repeat theirs. A
-            # client's `required` or named tool_choice makes the first attempt open with one.
-            must_call = attempt == 0 and bool(client) and request.must_call
+            # client's `required` or named tool_choice makes the first attempt open with one, and a
+            # first reply that said it would call makes the second (a call to the tool it named).
+            must_call = bool(client) and (request.must_call if attempt == 0 else announced)
             # Right after function results the reply answers from them: the 1.5B otherwise often
             # called the same function again.
             after_results = result.messages[-1]["role"] == "tool" or (researched and attempt == 0)
@@ -212,12 +213,18 @@ class TurnEngine:
             # on the second attempt a search is not run again, only kept out of the reply.
             scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None,
                                   wary=bool(client)) if offered.tools else None
+            # A first reply that says it will call ("To check, you can use the GetLiveContext
+            # function. Here's how: ...") is cut there and asked again, made to open with the call.
+            retry_as_call = attempt == 0 and bool(client) and not after_results and not must_call
             async for piece in in_worker(reply):
                 if request.cancel.is_set():
                     reply.cancel()
                     break
                 if scanner is not None:
                     piece = scanner.feed(piece)
+                    if retry_as_call and scanner.announced:
+                        reply.cancel()
+                        break
                 if piece:
                     yield Delta(piece)
             request.figures.generated(reply.stats)
@@ -231,6 +238,10 @@ class TurnEngine:
                 yield Calls([fit_call(call, client, said) for call in calls])  # the client runs them and asks again
                 return
             calls = parsed.calls + parsed.unknown if ask_model else []
+            if retry_as_call and scanner.announced and not calls:
+                named = [name for name in scanner.named if name in client_names]
+                announced = named[0] if len(named) == 1 else True
+                continue
             if not calls:
                 if parsed.text:
                     yield Delta(parsed.text)

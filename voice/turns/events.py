@@ -61,9 +61,14 @@ class TurnRequest:
         return list(self.tools)
 
     @property
-    def must_call(self) -> bool:
-        """The client's `required` or named tool_choice: the reply opens with a call."""
-        return self.tool_choice not in (None, "auto", "none")
+    def must_call(self) -> bool | str:
+        """The client's `required` tool_choice: the reply opens with a call; a named one (OpenAI's
+        chat or Realtime shape): the tool's name, and the reply is that tool's call."""
+        choice = self.tool_choice
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") or choice.get("name")
+            return name if isinstance(name, str) else True
+        return choice not in (None, "auto", "none")
 
 
 @dataclass
