@@ -31,6 +31,7 @@ from models.tool_calls import MARKERS
 # and the stub's own tokens are subtracted (some templates insert a default system prompt otherwise).
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
+_CALL_MARK = "parlour_tool_name"  # a tool's name, to find where a template writes it
 
 
 def _may_open_a_call(piece: str) -> bool:
@@ -87,6 +88,7 @@ class LanguageModel:
         self._lock = threading.Lock()
         self._counts = CountCache()
         self._openers: tuple[np.ndarray, np.ndarray] | None = None
+        self._shape: tuple[str, str] | tuple[()] | None = None  # _call_shape's, once found
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([_STUB_SYSTEM], True))) - len(
@@ -159,20 +161,26 @@ class LanguageModel:
         """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
         reply from starting with anything that opens a tool call (a reply after the results), and
         `not_like` from starting with that text's first token (an earlier reply to the same prompt
-        that could not be used: greedy decoding would only write it again). `must_call` makes it
-        start with the opening of a call (a client's `required` tool_choice), and a tool's name with
-        that tool's call, whose opening is written for the model: it writes only the arguments."""
+        that could not be used: greedy decoding would only write it again). `must_call` makes it a
+        call (a client's `required` tool_choice), and a tool's name that tool's call. The call's
+        opening is written for the model as its template writes one (`<tool_call>\n{"name": "`),
+        with the name and `", "arguments": {` when the tool is named: it writes the rest."""
         prompt = self.tokens(messages, tools)
-        opening = ""
+        opening, shape = "", self._call_shape() if tools else None
         if isinstance(must_call, str):
-            opening, must_call = f'{{"name": {json.dumps(must_call)}, "arguments": {{', False
-            prompt = prompt + self._tokenize(opening)
+            before, after = shape or ('{"name": "', '", "arguments": {')
+            opening = before + json.dumps(must_call)[1:-1] + after
+        elif must_call and shape:
+            opening = shape[0]  # the model writes the name on
+        if opening:
+            prompt, must_call = prompt + self._tokenize(opening), False
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream(iter(()))
-        avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() else []
+        avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() and not opening else []
+        # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
-                                open_with_call, avoid, must_call)
+                                open_with_call or bool(opening), avoid, must_call, bool(tools) and not opening)
         reply._pieces = itertools.chain([opening], pieces) if opening else pieces
         return reply
 
@@ -345,35 +353,101 @@ class LanguageModel:
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
+    def _call_shape(self) -> tuple[str, str] | None:
+        """How this model's template writes a call: the text before the tool's name, and from the
+        name to the arguments' opening brace (Qwen's `<tool_call>\n{"name": "` and `", "arguments":
+        {`). None for a template that writes no calls. Found once, by rendering one."""
+        if self._shape is None:
+            self._shape = ()
+            call = {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": _CALL_MARK, "arguments": {}}}]}
+            try:
+                before = self._render([_STUB_SYSTEM, _STUB_USER], True)
+                whole = self._render([_STUB_SYSTEM, _STUB_USER, call], False)
+            except jinja2.TemplateError:
+                return None
+            if self.knows_tools and whole.startswith(before) and _CALL_MARK in whole:
+                head, tail = whole[len(before):].split(_CALL_MARK, 1)
+                if head.strip() and "{}" in tail:
+                    self._shape = (head.lstrip(), tail[:tail.index("{}")] + "{")
+        return self._shape or None
+
+    def _first_token_rule(self, start: int, open_with_call: bool, avoid: list[int], must_call: bool,
+                          calls: bool):
+        """What the reply's first token (at `start`) may be, as a logits processor, or None.
+        `must_call`: the opening of a call. `open_with_call=False`: anything but; `avoid`: not those.
+        Otherwise, with tools offered (`calls`), a call is opened the way the template writes one
+        (every other opening's chance goes to it), so the call the client sends back renders as
+        the model wrote it and its cache is read, not evaluated again."""
+        from llama_cpp import LogitsProcessorList
+
+        if not (must_call or not open_with_call or avoid or calls):
+            return None
+        every_opener, openers = self._call_openers()
+        shape = self._call_shape() if calls else None
+        own = self._tokenize(shape[0])[0] if shape else None
+        own = own if own in openers else None
+
+        if must_call:
+            allowed = np.array([own]) if own is not None else openers
+
+            def rule(scores):
+                kept = scores[allowed].copy()
+                scores[:] = -np.inf
+                scores[allowed] = kept
+        elif not open_with_call or avoid:
+            banned = np.concatenate([every_opener if not open_with_call else [], avoid]).astype(np.int64)
+
+            def rule(scores):
+                scores[banned] = -np.inf
+        elif own is not None:
+            def rule(scores):
+                chance = np.logaddexp.reduce(scores[openers])
+                scores[openers] = -np.inf
+                scores[own] = chance
+        else:
+            return None
+
+        def at_start(input_ids, scores):
+            if len(input_ids) == start:  # only the reply's first token
+                rule(scores)
+            return scores
+
+        return LogitsProcessorList([at_start])
+
+    def _sampled(self, prompt: list[int], temperature: float, processors, head: list[int]) -> Iterator[int]:
+        """The reply's tokens as llama.cpp samples them. When the first opens a call as the template
+        does (`head`'s first), the rest of `head` is written for the model and evaluated as one
+        batch: left to itself after `<tool_call>`, the 1.5B model ended the reply there."""
+        def generate(tokens: list[int], rule) -> Iterator[int]:
+            return self._llm.generate(tokens, temp=temperature, top_k=40, top_p=0.95, min_p=0.05,
+                                      repeat_penalty=self.repeat_penalty, reset=True, logits_processor=rule)
+
+        tokens = generate(prompt, processors)
+        try:
+            first = next(tokens, None)
+            if first is None:
+                return
+            if len(head) > 1 and first == head[0]:
+                tokens.close()
+                yield from head
+                tokens = generate(prompt + head, None)
+            else:
+                yield first
+            yield from tokens
+        finally:
+            tokens.close()
+
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
                   open_with_call: bool = True, avoid: list[int] | None = None,
-                  must_call: bool = False) -> Iterator[str]:
-        from llama_cpp import LogitsProcessorList, llama_vocab_is_eog
+                  must_call: bool = False, calls: bool = False) -> Iterator[str]:
+        from llama_cpp import llama_vocab_is_eog
 
         stats = reply.stats
         with self._lock:
-            processors = None
-            if must_call:
-                allowed = self._call_openers()[1]
-
-                def call_at_start(input_ids, scores):
-                    if len(input_ids) == len(prompt):  # only the reply's first token
-                        kept = scores[allowed].copy()
-                        scores[:] = -np.inf
-                        scores[allowed] = kept
-                    return scores
-
-                processors = LogitsProcessorList([call_at_start])
-            elif not open_with_call or avoid:
-                banned = np.concatenate([self._call_openers()[0] if not open_with_call else [], avoid or []]).astype(
-                    np.int64)
-
-                def ban_at_start(input_ids, scores):
-                    if len(input_ids) == len(prompt):  # only the reply's first token
-                        scores[banned] = -np.inf
-                    return scores
-
-                processors = LogitsProcessorList([ban_at_start])
+            processors = self._first_token_rule(len(prompt), open_with_call, avoid or [], must_call, calls)
+            shape = self._call_shape() if calls else None
+            head = self._tokenize(shape[0]) if shape else []
             llm = self._llm
             # llama-cpp-python keeps the longest common prefix with what it evaluated last and
             # re-evaluates one token when the whole prompt matches, to refresh the logits. Spans
@@ -394,10 +468,7 @@ class LanguageModel:
                     stats.shifted_tokens, stats.cached_tokens = 0, min(prefix, len(prompt) - 1)
                     stats.evaluated_tokens = len(prompt) - stats.cached_tokens
                 exact = stats.cached_tokens <= self._exact  # evaluated after an exact cache
-                tokens = llm.generate(
-                    prompt, temp=temperature, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=self.repeat_penalty,
-                    reset=True, logits_processor=processors,
-                )
+                tokens = self._sampled(prompt, temperature, processors, head)
                 empty = False
                 try:
                     for token in tokens:

@@ -170,6 +170,8 @@ def test_openai_function_calling_round_trip(server):
                  {"role": "tool", "tool_call_id": call.id, "content": "Snow, minus 4 degrees."}]
     second = client.chat.completions.create(model="parlour", messages=messages, tools=tools, max_tokens=30)
     assert "snow" in second.choices[0].message.content.lower() or "-4" in second.choices[0].message.content
+    # The call was written as the template renders it, so the call sent back was read from the cache.
+    assert second.usage.prompt_tokens_details.cached_tokens > first.usage.prompt_tokens + 10
     (session,) = stored(server)
     assert session[2] == {"role": "tool", "content": "Snow, minus 4 degrees.", "tool_call_id": call.id}
 
