@@ -36,6 +36,24 @@ def fit_call(call: dict, tools: list[dict], said: str | None = None) -> dict:
     return {**call, "function": {**call["function"], "arguments": json.dumps(fitted, ensure_ascii=False)}}
 
 
+def made_up(call: dict, tools: list[dict], said: str) -> bool:
+    """Whether a required argument of free text names nothing in `said` (the request's own text):
+    asked "What is the capital of France?" with a weather tool offered, the 1.5B model called it
+    for "Paris", and for "New York" when asked how many legs a spider has."""
+    schema = next((t["function"].get("parameters") for t in tools
+                   if t["function"]["name"] == call["function"]["name"]), None)
+    try:
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+    except json.JSONDecodeError:
+        return False
+    if not isinstance(schema, dict) or not isinstance(arguments, dict):
+        return False
+    properties, heard = schema.get("properties") or {}, _words(said)
+    required = {name: arguments[name] for name in schema.get("required") or [] if name in arguments}
+    return any(isinstance(properties.get(name), dict) and "enum" not in properties[name]
+               and isinstance(value, str) and _words(value) not in heard for name, value in required.items())
+
+
 def _words(text: str) -> str:
     return " " + " ".join(re.findall(r"\w+", text.lower())) + " "
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from models.tool_calls import CallScanner, parse_tool_calls
-from models.tool_schema import fit_call
+from models.tool_schema import fit_call, made_up
 
 NAMES = {"search", "weather"}
 
@@ -219,3 +219,13 @@ def test_a_call_to_a_tool_named_without_its_prefix_is_a_call_to_that_tool():
     assert [c["function"]["name"] for c in parsed.calls] == ["homeassistant__GetLiveContext"]
     ambiguous = parse_tool_calls('{"name": "HassTurnOn", "arguments": {}}', names)  # two tools end so
     assert not ambiguous.calls and [c["function"]["name"] for c in ambiguous.unknown] == ["HassTurnOn"]
+
+
+def test_a_required_argument_of_free_text_that_names_nothing_said_is_made_up():
+    weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    call = lambda city: {"id": "c", "type": "function",
+                         "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+    assert made_up(call("Paris"), weather, "Answer briefly. What is the capital of France?")
+    assert not made_up(call("Oslo"), weather, "Answer briefly. What is the weather in Oslo?")
+    assert not made_up(call("oslo"), weather, "How cold is Oslo?")  # words, whatever their case

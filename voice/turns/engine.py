@@ -25,7 +25,7 @@ from models.model import Model
 from models.remote_llm import ModelServerError
 from models.reply import ContextOverflow
 from models.tool_calls import CallScanner
-from models.tool_schema import fit_call
+from models.tool_schema import fit_call, made_up
 from voice.chat.thread import without_earlier_commands
 from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
 from voice.store.reply_row import ReplyRow
@@ -214,7 +214,7 @@ class TurnEngine:
             scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None,
                                   wary=bool(client)) if offered.tools else None
             # A first reply that says it will call ("To check, you can use the GetLiveContext
-            # function. Here's how: ...") is cut there and asked again, made to open with the call.
+            # function. Here's how: ...") is cut there and asked again, made to be the call.
             retry_as_call = attempt == 0 and bool(client) and not after_results and not must_call
             async for piece in in_worker(reply):
                 if request.cancel.is_set():
@@ -231,16 +231,22 @@ class TurnEngine:
             if scanner is None or request.cancel.is_set():
                 return
             parsed = scanner.finish()
-            if calls := [c for c in parsed.calls if c["function"]["name"] in client_names]:
+            said = " ".join(str(m.get("content") or "") for m in result.messages)
+            calls = [fit_call(c, client, said) for c in parsed.calls if c["function"]["name"] in client_names]
+            invented = retry_as_call and not scanner.released and calls and all(made_up(c, client, said) for c in calls)
+            if calls and not invented:
                 # A call or words, never both: the words held with a call introduce it ("I will use
                 # the GetLiveContext tool"), and Home Assistant would speak them.
-                said = " ".join(str(m.get("content") or "") for m in result.messages)
-                yield Calls([fit_call(call, client, said) for call in calls])  # the client runs them and asks again
+                yield Calls(calls)  # the client runs them and asks again
                 return
-            calls = parsed.calls + parsed.unknown if ask_model else []
-            if retry_as_call and scanner.announced and not calls:
+            calls = [c for c in parsed.calls + parsed.unknown if c["function"]["name"] not in client_names] \
+                if ask_model else []
+            # One that said nothing but a call the question did not ask for (an argument it made
+            # up, a tool that does not exist: small models invent `add`) or a call cut off by the
+            # length limit is asked again for words (a second attempt may not open with a call).
+            if retry_as_call and not calls and (scanner.announced or not scanner.released and (invented or parsed.unknown)):
                 named = [name for name in scanner.named if name in client_names]
-                announced = named[0] if len(named) == 1 else True
+                announced = (named[0] if len(named) == 1 else True) if scanner.announced else False
                 continue
             if not calls:
                 if parsed.text:
