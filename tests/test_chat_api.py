@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from harness import home_assistant as ha
+from harness.doors import HOME_ASSISTANT_AFTER_CALL, HOME_ASSISTANT_CHAT
 from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock
 from voice.chat.thread import without_earlier_commands
 
@@ -88,31 +89,32 @@ def test_earlier_commands_leave_the_prompt_and_the_rest_stays():
 
 
 def test_home_assistant_turns_on_a_light_and_the_conversation_is_one_session(server):
-    """HA's Ollama integration, as its source builds the requests: tools, the prompt with its
-    entities, num_ctx and keep_alive; it runs the call and sends the result back."""
+    """HA 2026.11's Ollama integration, with the request it really sent (harness/recorded/): 11
+    tools, its prompt with the entities, `num_ctx: 8192.0`, `keep_alive: -1.0`, `think: false`;
+    it runs the call and sends the result back in its own shape."""
     listed = call(server, "list")
     assert [m.model for m in listed.models] == ["parlour:latest"]
     assert "tools" in call(server, "show", "parlour:latest").capabilities
-    messages = [{"role": "system", "content": ha.system_prompt()},
-                {"role": "user", "content": "Turn on the kitchen light."}]
-    parts = chat(server, messages, tools=ha.TOOLS, options={"num_ctx": 8192}, keep_alive="300s")
+    recorded = HOME_ASSISTANT_CHAT
+    messages = [dict(m) for m in recorded["messages"]]
+    options = {"options": recorded["options"], "keep_alive": recorded["keep_alive"], "think": recorded["think"]}
+    parts = chat(server, messages, tools=recorded["tools"], **options)
     calls = [call for part in parts for call in part.message.tool_calls or []]
-    assert [c.function.name for c in calls] == ["HassTurnOn"]
+    assert [c.function.name for c in calls] == ["intent__HassTurnOn"]
     assert dict(calls[0].function.arguments)["name"].lower() == "kitchen light"  # an object, as Ollama sends
-    assert parts[-1].done and parts[-1].prompt_eval_count > 500  # the prompt with the entities, evaluated once
+    assert parts[-1].done and parts[-1].prompt_eval_count > 1000  # the prompt with the entities, evaluated once
 
-    messages.append({"role": "assistant", "content": "", "tool_calls": [
+    messages.append({"role": "assistant", "tool_calls": [  # as HA sends it back: no content, no call id
         {"function": {"name": c.function.name, "arguments": dict(c.function.arguments)}} for c in calls]})
-    messages.append({"role": "tool", "content": ha.tool_result("HassTurnOn", dict(calls[0].function.arguments))})
-    messages[0] = {"role": "system", "content": ha.system_prompt(datetime.now() + timedelta(seconds=5))}
-    parts = chat(server, messages, tools=ha.TOOLS, options={"num_ctx": 8192}, keep_alive="300s")
+    messages.append(HOME_ASSISTANT_AFTER_CALL["messages"][-1])  # {"data": {..."action_done"...}, "error": false}
+    parts = chat(server, messages, tools=recorded["tools"], **options)
     said = "".join(part.message.content or "" for part in parts)
     assert "kitchen light" in said.lower() and not any(part.message.tool_calls for part in parts)
-    assert parts[-1].prompt_eval_count < 200  # the clock moved: only the call and its result were new
+    assert parts[-1].prompt_eval_count < 150  # the result is new; the prompt and the call were cached
 
     (session,) = stored(server)
     assert [m["role"] for m in session] == ["user", "assistant", "tool", "assistant"]
-    assert session[0]["content"].startswith("Turn on the kitchen light.\n\n(Current time is ")
+    assert session[0]["content"] == recorded["messages"][-1]["content"]
     assert session[2]["tool_call_id"] == session[1]["tool_calls"][0]["id"]
     assert session[3]["content"] == said
 

@@ -77,9 +77,11 @@ class TurnFigures:
         self.summary, self.dropped = bool(result.summary), result.dropped
 
     def generated(self, stats: ReplyStats) -> None:
-        """The model's figures for the reply: its prompt, the cache reused, what it wrote."""
+        """The model's figures for the reply: its prompt, the cache reused, what it wrote. A turn
+        that asked the model twice (a search, a call asked again) evaluated what both evaluated."""
         self.prompt_tokens, self.cached_tokens = stats.prompt_tokens, stats.cached_tokens
-        self.evaluated_tokens, self.shifted_tokens = stats.evaluated_tokens, stats.shifted_tokens
+        self.evaluated_tokens = (self.evaluated_tokens or 0) + stats.evaluated_tokens
+        self.shifted_tokens = (self.shifted_tokens or 0) + stats.shifted_tokens
         self.completion_tokens, self.finish_reason = stats.completion_tokens, stats.finish_reason
 
     def end(self, status: str) -> None:
