@@ -37,9 +37,10 @@ def fit_call(call: dict, tools: list[dict], said: str | None = None) -> dict:
 
 
 def made_up(call: dict, tools: list[dict], said: str) -> bool:
-    """Whether a required argument of free text names nothing in `said` (the request's own text):
-    asked "What is the capital of France?" with a weather tool offered, the 1.5B model called it
-    for "Paris", and for "New York" when asked how many legs a spider has."""
+    """Whether a required argument of free text shares no word with `said` (the request's own
+    text): asked "What is the capital of France?" with a weather tool offered, the 1.5B model called
+    it for "Paris", and for "New York" when asked how many legs a spider has. A query or a message
+    the model words itself still shares some ("2022 World Cup winner")."""
     schema = next((t["function"].get("parameters") for t in tools
                    if t["function"]["name"] == call["function"]["name"]), None)
     try:
@@ -48,10 +49,11 @@ def made_up(call: dict, tools: list[dict], said: str) -> bool:
         return False
     if not isinstance(schema, dict) or not isinstance(arguments, dict):
         return False
-    properties, heard = schema.get("properties") or {}, _words(said)
+    properties, heard = schema.get("properties") or {}, set(_words(said).split())
     required = {name: arguments[name] for name in schema.get("required") or [] if name in arguments}
     return any(isinstance(properties.get(name), dict) and "enum" not in properties[name]
-               and isinstance(value, str) and _words(value) not in heard for name, value in required.items())
+               and isinstance(value, str) and not set(_words(value).split()) & heard
+               for name, value in required.items())
 
 
 def _words(text: str) -> str:

@@ -229,3 +229,5 @@ def test_a_required_argument_of_free_text_that_names_nothing_said_is_made_up():
     assert made_up(call("Paris"), weather, "Answer briefly. What is the capital of France?")
     assert not made_up(call("Oslo"), weather, "Answer briefly. What is the weather in Oslo?")
     assert not made_up(call("oslo"), weather, "How cold is Oslo?")  # words, whatever their case
+    assert made_up(call("New York"), weather, "How many legs does a spider have?")
+    assert not made_up(call("Oslo, Norway"), weather, "How cold is Oslo?")  # the model may word it itself
