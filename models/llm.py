@@ -373,28 +373,24 @@ class LanguageModel:
         return self._shape or None
 
     def _first_token_rule(self, start: int, open_with_call: bool, avoid: list[int], must_call: bool,
-                          calls: bool):
+                          own: int | None):
         """What the reply's first token (at `start`) may be, as a logits processor, or None.
         `must_call`: the opening of a call. `open_with_call=False`: anything but; `avoid`: not those.
-        Otherwise, with tools offered (`calls`), a call is opened the way the template writes one
-        (every other opening's chance goes to it), so the call the client sends back renders as
-        the model wrote it and its cache is read, not evaluated again."""
+        Otherwise, with tools offered, a call is opened the way the template writes one (`own`, its
+        first token: every other opening's chance goes to it), so the call the client sends back
+        renders as the model wrote it and its cache is read, not evaluated again."""
         from llama_cpp import LogitsProcessorList
 
-        if not (must_call or not open_with_call or avoid or calls):
+        if not (must_call or not open_with_call or avoid or own is not None):
             return None
         every_opener, openers = self._call_openers()
-        shape = self._call_shape() if calls else None
-        own = self._tokenize(shape[0])[0] if shape else None
         own = own if own in openers else None
 
-        if must_call:
-            allowed = np.array([own]) if own is not None else openers
-
+        if must_call:  # only where the template writes no calls: stream() writes the opening otherwise
             def rule(scores):
-                kept = scores[allowed].copy()
+                kept = scores[openers].copy()
                 scores[:] = -np.inf
-                scores[allowed] = kept
+                scores[openers] = kept
         elif not open_with_call or avoid:
             banned = np.concatenate([every_opener if not open_with_call else [], avoid]).astype(np.int64)
 
@@ -445,9 +441,10 @@ class LanguageModel:
 
         stats = reply.stats
         with self._lock:
-            processors = self._first_token_rule(len(prompt), open_with_call, avoid or [], must_call, calls)
             shape = self._call_shape() if calls else None
             head = self._tokenize(shape[0]) if shape else []
+            processors = self._first_token_rule(len(prompt), open_with_call, avoid or [], must_call,
+                                                head[0] if head else None)
             llm = self._llm
             # llama-cpp-python keeps the longest common prefix with what it evaluated last and
             # re-evaluates one token when the whole prompt matches, to refresh the logits. Spans

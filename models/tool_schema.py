@@ -22,13 +22,8 @@ def fit_call(call: dict, tools: list[dict], said: str | None = None) -> dict:
     `said`, the request's own text (its system prompt and messages), an optional argument of free
     text that names nothing in it is left out: the model made it up (`"floor": "Ground"` in a home
     with no floors). Values from a schema's `enum` are the tool's own and stay."""
-    schema = next((t["function"].get("parameters") for t in tools
-                   if t["function"]["name"] == call["function"]["name"]), None)
-    try:
-        arguments = json.loads(call["function"]["arguments"] or "{}")
-    except json.JSONDecodeError:
-        return call
-    if not isinstance(schema, dict) or not isinstance(arguments, dict):
+    schema, arguments = _read(call, tools)
+    if schema is None:
         return call
     fitted = fit_arguments(arguments, schema)
     if said is not None:
@@ -41,19 +36,28 @@ def made_up(call: dict, tools: list[dict], said: str) -> bool:
     text): asked "What is the capital of France?" with a weather tool offered, the 1.5B model called
     it for "Paris", and for "New York" when asked how many legs a spider has. A query or a message
     the model words itself still shares some ("2022 World Cup winner")."""
-    schema = next((t["function"].get("parameters") for t in tools
-                   if t["function"]["name"] == call["function"]["name"]), None)
-    try:
-        arguments = json.loads(call["function"]["arguments"] or "{}")
-    except json.JSONDecodeError:
-        return False
-    if not isinstance(schema, dict) or not isinstance(arguments, dict):
+    schema, arguments = _read(call, tools)
+    if schema is None:
         return False
     properties, heard = schema.get("properties") or {}, set(_words(said).split())
     required = {name: arguments[name] for name in schema.get("required") or [] if name in arguments}
     return any(isinstance(properties.get(name), dict) and "enum" not in properties[name]
                and isinstance(value, str) and not set(_words(value).split()) & heard
                for name, value in required.items())
+
+
+def _read(call: dict, tools: list[dict]) -> tuple[dict | None, dict]:
+    """The called tool's parameter schema and the call's arguments as an object; (None, {}) when
+    either is not one (no such tool, no schema, arguments that are not a JSON object)."""
+    schema = next((t["function"].get("parameters") for t in tools
+                   if t["function"]["name"] == call["function"]["name"]), None)
+    try:
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+    except json.JSONDecodeError:
+        return None, {}
+    if not isinstance(schema, dict) or not isinstance(arguments, dict):
+        return None, {}
+    return schema, arguments
 
 
 def _words(text: str) -> str:

@@ -231,8 +231,9 @@ class TurnEngine:
             if scanner is None or request.cancel.is_set():
                 return
             parsed = scanner.finish()
-            said = " ".join(str(m.get("content") or "") for m in result.messages)
-            calls = [fit_call(c, client, said) for c in parsed.calls if c["function"]["name"] in client_names]
+            calls = [c for c in parsed.calls if c["function"]["name"] in client_names]
+            said = " ".join(str(m.get("content") or "") for m in result.messages) if calls else ""
+            calls = [fit_call(c, client, said) for c in calls]
             invented = retry_as_call and not scanner.released and calls and all(made_up(c, client, said) for c in calls)
             if calls and not invented:
                 # A call or words, never both: the words held with a call introduce it ("I will use
