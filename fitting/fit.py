@@ -21,8 +21,16 @@ from dataclasses import asdict, dataclass, field
 from fitting.measure import Counter, Measure, estimate
 from fitting.messages import Entry, Exchange, Message, assemble, pieces, repair
 from fitting.sections import WorkerFailed, condense, cut
-from fitting.summary import (SUMMARY_TOKENS, Generate, Summary, chunk_messages, summarize, summary_room, with_summary,
-                             words_within)
+from fitting.summary import (
+    SUMMARY_TOKENS,
+    Generate,
+    Summary,
+    chunk_messages,
+    summarize,
+    summary_room,
+    with_summary,
+    words_within,
+)
 
 CONDENSE_PASSES = 2  # section analysis of the current turn: notes on notes at most once
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-
 # The audio Parlour speaks and hears on the wire (the Realtime protocol's audio/pcm): PCM16 mono.
 RATE = 24_000
 BYTES_PER_MS = RATE * 2 // 1000  # 48

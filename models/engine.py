@@ -43,7 +43,7 @@ class EngineSettings:
     threads_batch: int = 1  # while evaluating a prompt
 
     @classmethod
-    def chosen(cls, threads: int, repack: bool = False) -> "EngineSettings":
+    def chosen(cls, threads: int, repack: bool = False) -> EngineSettings:
         """Parlour's settings for `threads` cores: the same count decoding and evaluating prompts."""
         return cls(repack=repack, threads=threads, threads_batch=threads)
 

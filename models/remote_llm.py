@@ -36,7 +36,6 @@ from models.llm import LanguageModel
 from models.reply import ReplyStream
 
 
-
 class ModelServerError(RuntimeError):
     """The model server could not be reached or did not answer properly; the message says how."""
 
@@ -51,7 +50,7 @@ class ServerTokenizer:
     question (the question keeps a last assistant message from being rendered as a reply to
     continue, which llama.cpp does); counts are cached by the message's digest."""
 
-    def __init__(self, model: "RemoteLanguageModel", root_path: str):
+    def __init__(self, model: RemoteLanguageModel, root_path: str):
         self.model, self.root = model, root_path
         self._counts = CountCache()
         self._stub: int | None = None

@@ -31,17 +31,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.audio import BYTES_PER_MS, RATE  # noqa: E402
-from models.llm import LanguageModel  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import llm_path, load_stt, load_tts  # noqa: E402
-from voice.knowledge.base import KnowledgeBase  # noqa: E402
-from voice.knowledge.research import Research  # noqa: E402
-from voice.realtime.protocol import DRAFT_STEP_BYTES  # noqa: E402
+from models.audio import BYTES_PER_MS, RATE
+from models.llm import LanguageModel
+from voice.config import Config
+from voice.engines import llm_path, load_stt, load_tts
+from voice.knowledge.base import KnowledgeBase
+from voice.knowledge.research import Research
+from voice.realtime.protocol import DRAFT_STEP_BYTES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_voice import QUESTIONS as BENCH_QUESTIONS  # noqa: E402
-from eval_research import DOCS, QUESTIONS as EVAL_QUESTIONS  # noqa: E402
+from bench_voice import QUESTIONS as BENCH_QUESTIONS
+from eval_research import DOCS
+from eval_research import QUESTIONS as EVAL_QUESTIONS
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

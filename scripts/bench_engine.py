@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.engine import EngineSettings, cpu_features, open_llama, system_info  # noqa: E402
-from models.weights import DEFAULT_PROFILE, PROFILES, resolve  # noqa: E402
+from models.engine import EngineSettings, cpu_features, open_llama, system_info
+from models.weights import DEFAULT_PROFILE, PROFILES, resolve
 
 CONTEXT = 8192
 DEPTHS = (0, 2000, 6000)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fitting import estimate, fit  # noqa: E402
-from harness.sessions import research_session  # noqa: E402
+from fitting import estimate, fit
+from harness.sessions import research_session
 
 SIZES = [10, 50, 100, 500, 1000, 2000, 5000]
 BUDGET = 8192 - 1024

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.tool_calls import new_call  # noqa: E402
-from voice.config import DEFAULT_INSTRUCTIONS, Config  # noqa: E402
-from voice.engines import load_llm  # noqa: E402
+from models.tool_calls import new_call
+from voice.config import DEFAULT_INSTRUCTIONS, Config
+from voice.engines import load_llm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_voice import QUESTIONS  # noqa: E402
+from bench_voice import QUESTIONS
 
 REMOVALS = ("oldest research", "two researches", "oldest exchange")
 

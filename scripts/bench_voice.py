@@ -47,13 +47,13 @@ import jiwer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.realtime import Client, RunningServer, done  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
-from voice.knowledge.base import KnowledgeBase  # noqa: E402
-from voice.knowledge.research import Research  # noqa: E402
-from models.audio import BYTES_PER_MS, RATE  # noqa: E402
-from voice.speech.sentences import Sentences  # noqa: E402
+from harness.realtime import Client, RunningServer, done
+from models.audio import BYTES_PER_MS, RATE
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
+from voice.knowledge.base import KnowledgeBase
+from voice.knowledge.research import Research
+from voice.speech.sentences import Sentences
 
 QUESTIONS = [
     "What does the GNU General Public License say about warranty?",

@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ollama  # noqa: E402
+import ollama
 
-from harness import home_assistant as ha  # noqa: E402
-from harness.realtime import RunningServer  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
+from harness import home_assistant as ha
+from harness.realtime import RunningServer
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
 
 # (command, tool, arguments it must have; a value "" means the argument must be there, any value)
 COMMANDS = [

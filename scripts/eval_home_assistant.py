@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.home_assistant_core import HomeAssistantCore, RecordingProxy, install, speech  # noqa: E402
-from harness.realtime import RunningServer  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
+from harness.home_assistant_core import HomeAssistantCore, RecordingProxy, install, speech
+from harness.realtime import RunningServer
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
 
 ON, OFF = "on", "off"
 

@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.llm import LanguageModel  # noqa: E402
-from models.weights import PROFILES, resolve  # noqa: E402
-from harness.realtime import Client, RunningServer, done, reply_text  # noqa: E402
-from voice.config import Config  # noqa: E402
+from harness.realtime import Client, RunningServer, done, reply_text
+from models.llm import LanguageModel
+from models.weights import PROFILES, resolve
+from voice.config import Config
 
 # (what the user says, the words that show the fact was kept, a question about it)
 FACTS = [

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.llm import LanguageModel  # noqa: E402
-from models.weights import PROFILES, resolve  # noqa: E402
-from harness.realtime import Client, RunningServer, done, reply_text  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_stt, load_tts  # noqa: E402
-from voice.knowledge.base import KnowledgeBase  # noqa: E402
+from harness.realtime import Client, RunningServer, done, reply_text
+from models.llm import LanguageModel
+from models.weights import PROFILES, resolve
+from voice.config import Config
+from voice.engines import load_stt, load_tts
+from voice.knowledge.base import KnowledgeBase
 
 NOTES = {
     "boiler.md": "# Boiler\n\nThe boiler in the hall cupboard was serviced in May. Its reset code is 4471. "

@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.realtime import Client, RunningServer, reply_text  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
-from voice.knowledge.base import KnowledgeBase  # noqa: E402
+from harness.realtime import Client, RunningServer, reply_text
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
+from voice.knowledge.base import KnowledgeBase
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_voice import BYTES_PER_MS, RELEASE_MS, parlour_turn  # noqa: E402
+from bench_voice import BYTES_PER_MS, RELEASE_MS, parlour_turn
 
 DOCS = Path("/usr/share/common-licenses")
 

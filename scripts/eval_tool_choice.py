@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.realtime import RunningServer  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
+from harness.realtime import RunningServer
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
 
 WEATHER = {"oslo": "4 degrees and snowing", "madrid": "31 degrees and sunny", "cairo": "38 degrees and dusty",
            "dublin": "12 degrees and raining"}

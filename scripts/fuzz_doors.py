@@ -29,15 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from wyoming.client import AsyncTcpClient  # noqa: E402
-from wyoming.event import async_read_event  # noqa: E402
-from wyoming.info import Info  # noqa: E402
-from wyoming.tts import Synthesize  # noqa: E402
+from wyoming.client import AsyncTcpClient
+from wyoming.event import async_read_event
+from wyoming.info import Info
+from wyoming.tts import Synthesize
 
-from harness import doors  # noqa: E402
-from harness.realtime import RunningServer, free_port  # noqa: E402
-from voice.config import Config  # noqa: E402
-from voice.engines import load_llm, load_stt, load_tts  # noqa: E402
+from harness import doors
+from harness.realtime import RunningServer, free_port
+from voice.config import Config
+from voice.engines import load_llm, load_stt, load_tts
 
 
 class Tracebacks(logging.Handler):

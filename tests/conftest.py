@@ -7,11 +7,11 @@ import warnings
 
 import pytest
 
+from harness.realtime import RunningServer
 from models.llm import LanguageModel
 from models.weights import DEFAULT_PROFILE, PROFILES, resolve
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
-from harness.realtime import RunningServer
 
 
 @pytest.fixture(scope="session")

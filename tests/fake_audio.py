@@ -13,7 +13,7 @@ import numpy as np
 
 
 class _Stream:
-    def __init__(self, device: "FakeSoundDevice", callback, rate: int, blocksize: int, output: bool):
+    def __init__(self, device: FakeSoundDevice, callback, rate: int, blocksize: int, output: bool):
         self.device, self.callback, self.rate, self.blocksize, self.output = device, callback, rate, blocksize, output
         self.running = False
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -69,8 +69,8 @@ class FakeSoundDevice:
     def query_devices(self, device=None, kind=None):
         return {"name": "fake microphone", "default_samplerate": self.input_rate}
 
-    def InputStream(self, samplerate, channels, dtype, device, blocksize, callback):  # noqa: N802
+    def InputStream(self, samplerate, channels, dtype, device, blocksize, callback):
         return _Stream(self, callback, samplerate, blocksize, output=False)
 
-    def OutputStream(self, samplerate, channels, dtype, device, callback):  # noqa: N802
+    def OutputStream(self, samplerate, channels, dtype, device, callback):
         return _Stream(self, callback, samplerate, 2_400, output=True)

@@ -15,8 +15,7 @@ import pytest
 
 from harness import home_assistant as ha
 from harness.doors import HOME_ASSISTANT_AFTER_CALL, HOME_ASSISTANT_CHAT
-from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock
-from voice.chat.thread import without_earlier_commands
+from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock, without_earlier_commands
 
 
 def ollama_client(server, key: str | None = None) -> ollama.AsyncClient:

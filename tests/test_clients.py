@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.realtime import Client, done
 from models.audio import read_wav, write_wav
 from models.engine import cpu_features
 from tests.browser import Chromium, chromium_path
-from harness.realtime import Client, done
 
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 

@@ -21,8 +21,8 @@ from wyoming.tts import Synthesize
 from harness import doors
 from harness.fuzz import mutations
 from harness.realtime import free_port
-from voice.chat import ollama, openai_chat
 from models.tool_schema import fit_call
+from voice.chat import ollama, openai_chat
 from voice.chat.turn import BadRequest, ChatRequest
 from voice.turns.tools import tool_instructions
 from voice.wyoming.events import BadEvent, LostFraming, parse, read_event

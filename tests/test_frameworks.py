@@ -11,8 +11,16 @@ from livekit.agents import llm as livekit_llm
 from livekit.plugins.openai.realtime import RealtimeModel
 from pipecat.adapters.schemas.function_schema import FunctionSchema
 from pipecat.adapters.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import (EndFrame, InputAudioRawFrame, LLMFullResponseEndFrame, LLMMessagesAppendFrame,
-                                   LLMRunFrame, LLMTextFrame, TTSAudioRawFrame, UserStoppedSpeakingFrame)
+from pipecat.frames.frames import (
+    EndFrame,
+    InputAudioRawFrame,
+    LLMFullResponseEndFrame,
+    LLMMessagesAppendFrame,
+    LLMRunFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    UserStoppedSpeakingFrame,
+)
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.runner import PipelineRunner
 from pipecat.pipeline.task import PipelineParams, PipelineTask
@@ -75,7 +83,7 @@ class PipecatBot:
                                  params=PipelineParams(), idle_timeout_secs=None)
         self.running = None
 
-    async def __aenter__(self) -> "PipecatBot":
+    async def __aenter__(self) -> PipecatBot:
         self.running = asyncio.get_running_loop().create_task(PipelineRunner(handle_sigint=False).run(self.task))
         return self
 

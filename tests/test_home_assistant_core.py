@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.home_assistant_core import (HomeAssistantCore, HomeAssistantUnavailable, RecordingProxy, free_port,
-                                         install, speech)
+from harness.home_assistant_core import (
+    HomeAssistantCore,
+    HomeAssistantUnavailable,
+    RecordingProxy,
+    free_port,
+    install,
+    speech,
+)
 
 
 @pytest.fixture(scope="module")

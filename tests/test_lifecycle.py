@@ -7,8 +7,21 @@ import json
 
 import pytest
 
-from voice.realtime.effects import (AddItem, Cancel, DeleteItem, DetectSpeech, Draft, Preempt, Respond, RetrieveItem,
-                                    SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (
+    AddItem,
+    Cancel,
+    DeleteItem,
+    DetectSpeech,
+    Draft,
+    Preempt,
+    Respond,
+    RetrieveItem,
+    SaveInstructions,
+    Send,
+    Transcribe,
+    TranscribeDraft,
+    TruncateItem,
+)
 from voice.realtime.protocol import CANCELLING, IDLE, LIFECYCLE, REFUSALS, RESPONDING, TRANSCRIBING, RealtimeProtocol
 
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.realtime import ANSWERED, Client, done, free_port, reply_text
 from models.llm import LanguageModel
 from models.remote_llm import ModelServerError, RemoteLanguageModel
 from models.weights import resolve
-from harness.realtime import ANSWERED, Client, done, reply_text
-from harness.realtime import free_port
 from voice.knowledge.research import compact_calls, evidence_first
 
 

@@ -14,10 +14,10 @@ import jiwer
 import numpy as np
 from openai import AsyncOpenAI
 
-from voice.speech.sentences import Sentences
 from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
 from tests.helpers import until
 from voice.knowledge.research import compact_calls, evidence_first
+from voice.speech.sentences import Sentences
 
 
 def words(text: str) -> str:

@@ -9,7 +9,15 @@ import shutil
 import pytest
 
 from models.weights import (
-    DEFAULT_PROFILE, PROFILES, Part, Profile, ModelMissing, WeightsCorrupt, join_parts, llm_profile, resolve,
+    DEFAULT_PROFILE,
+    PROFILES,
+    ModelMissing,
+    Part,
+    Profile,
+    WeightsCorrupt,
+    join_parts,
+    llm_profile,
+    resolve,
 )
 
 

@@ -19,8 +19,8 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from harness.realtime import free_port
 from tests.helpers import until
-from voice.wyoming.assistant import session_for
 from voice.knowledge.research import compact_calls, evidence_first
+from voice.wyoming.assistant import session_for
 
 
 def words(text: str) -> str:

@@ -13,16 +13,15 @@ import sys
 import time
 from pathlib import Path
 
+from fitting import FitError
 from models.audio import RATE, AudioError, read_wav, write_wav
+from models.chat_template import tool_call_text
 from models.engine import EngineRefused
 from models.weights import ModelMissing
-from fitting import FitError
-from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
-from models.chat_template import tool_call_text
 from voice.clients.chat import ChatError
+from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
 from voice.replay import ReplayError, load_messages
 from voice.store.sessions import UnknownSession
-
 
 
 def _config_flags() -> argparse.ArgumentParser:

@@ -30,7 +30,6 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
-
 from websockets.protocol import State
 
 from models.audio import RATE
@@ -38,10 +37,10 @@ from voice import http_api
 from voice.chat import routes as chat_routes
 from voice.config import Config
 from voice.front_door import front_door
-from voice.realtime.connection import Connection
 from voice.hosts import HostCheck
 from voice.knowledge.base import KnowledgeBase
 from voice.knowledge.research import Research
+from voice.realtime.connection import Connection
 from voice.store.sessions import SessionStore, owner_of
 from voice.turns.engine import TurnEngine
 
@@ -89,7 +88,7 @@ class Service:
         self.http_connections: set[asyncio.Task] = set()
 
     @classmethod
-    def load(cls, config: Config, llm=None, stt=None, tts=None) -> "Service":
+    def load(cls, config: Config, llm=None, stt=None, tts=None) -> Service:
         """Load the engines (unless given) and open the store and knowledge base under `config`."""
         from voice.engines import load_llm, load_stt, load_tts
 

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import ollama as ollama_types
 import pydantic
 
 from voice.chat.turn import BadRequest, ChatRequest, validated
-from voice.turns.figures import TurnFigures
 from voice.turns.events import Calls, Delta
+from voice.turns.figures import TurnFigures
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 class ChatBody(pydantic.BaseModel):

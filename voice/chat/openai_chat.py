@@ -17,9 +17,10 @@ from openai.types import chat as chat_types
 from openai.types.chat import completion_create_params
 
 from voice.chat.turn import BadRequest, ChatRequest, validated
-from voice.validation import parameters_problem
-from voice.turns.figures import TurnFigures
 from voice.turns.events import Calls, Delta
+from voice.turns.figures import TurnFigures
+from voice.validation import parameters_problem
+
 
 class _Body(completion_create_params.CompletionCreateParamsBase, total=False):
     stream: bool | None  # the package types it apart, in its streaming and non-streaming bodies

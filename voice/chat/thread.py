@@ -24,7 +24,6 @@ import re
 from models.tool_calls import new_call
 from voice.store.sessions import SessionStore
 
-
 # A line of a system prompt that tells the time or the date (Home Assistant's first line does).
 _CLOCK = re.compile(r"^.{0,80}(?:\b\d{1,2}:\d{2}\b|\b\d{4}-\d{2}-\d{2}\b).{0,80}$")
 

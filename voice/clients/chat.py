@@ -19,7 +19,6 @@ from websockets.exceptions import InvalidStatus
 
 from voice.store.sessions import new_id
 
-
 CANCEL = json.dumps({"type": "response.cancel"})
 RESULT_TITLE = re.compile(r"(?m)^\[\d+\] (.+)$")  # the heading of each result in format_results
 

@@ -241,7 +241,7 @@ async def talk(url: str, api_key: str | None, device: str | int | None, sd=None,
             while True:
                 try:
                     key = await asyncio.wait_for(keys.get(), 0.1)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if player.playing and recorder.loud_blocks >= BARGE_IN_BLOCKS:
                         key = " "  # the user is talking over the reply
                     else:
@@ -256,7 +256,7 @@ async def talk(url: str, api_key: str | None, device: str | int | None, sd=None,
                     print("\r" + meter(state["level"]), end="", flush=True)
                     try:
                         key = await asyncio.wait_for(keys.get(), 0.1)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         continue
                     if key in ("\n", " ", "q", ""):
                         break

@@ -15,8 +15,8 @@ import math
 import re
 import sqlite3
 import threading
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -264,7 +264,7 @@ class KnowledgeBase:
                 self._found_titles = dict(self._db.execute("SELECT DISTINCT path, title FROM chunks"))
             return self._found_titles
 
-    def _names(self) -> dict[str, "_Name"]:
+    def _names(self) -> dict[str, _Name]:
         """Acronyms of up to five capitals, and words written capitalized inside sentences, that the
         texts never write in lower case (outside addresses such as gnu.org); read once per index."""
         with self._lock:

@@ -22,8 +22,22 @@ from websockets.exceptions import ConnectionClosed
 
 from voice.realtime import client_events, events
 from voice.realtime.client_events import BadEvent
-from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Effect, Preempt,
-                                    Respond, RetrieveItem, SaveInstructions, Send, Transcribe, TranscribeDraft, TruncateItem)
+from voice.realtime.effects import (
+    AddItem,
+    AskedResponse,
+    Cancel,
+    DeleteItem,
+    DetectSpeech,
+    Effect,
+    Preempt,
+    Respond,
+    RetrieveItem,
+    SaveInstructions,
+    Send,
+    Transcribe,
+    TranscribeDraft,
+    TruncateItem,
+)
 from voice.realtime.items import Items
 from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
@@ -56,7 +70,7 @@ class Connection:
             return
         try:
             await asyncio.wait_for(self.ws.send(json.dumps(payload)), SEND_TIMEOUT)
-        except (ConnectionClosed, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionClosed):
             # Nobody is listening (gone, or not reading at all): stop the reply, keep what was sent.
             self.closed = True
             self._stop_response()

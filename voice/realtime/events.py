@@ -11,7 +11,6 @@ import typing
 from openai.types.realtime import realtime_server_event
 
 from models.audio import RATE
-
 from voice.store.sessions import StoredMessage, new_id
 
 PCM = {"type": "audio/pcm", "rate": RATE}

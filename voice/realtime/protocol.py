@@ -21,9 +21,23 @@ from collections import deque
 from models.audio import BYTES_PER_MS, AudioError
 from voice.realtime import events, options
 from voice.realtime.client_events import BadEvent, Received, read
-from voice.realtime.effects import (AddItem, AskedResponse, Cancel, DeleteItem, DetectSpeech, Draft, Effect,
-                                    Preempt, RetrieveItem, Respond, SaveInstructions, Send, Transcribe, TranscribeDraft,
-                                    TruncateItem)
+from voice.realtime.effects import (
+    AddItem,
+    AskedResponse,
+    Cancel,
+    DeleteItem,
+    DetectSpeech,
+    Draft,
+    Effect,
+    Preempt,
+    Respond,
+    RetrieveItem,
+    SaveInstructions,
+    Send,
+    Transcribe,
+    TranscribeDraft,
+    TruncateItem,
+)
 from voice.realtime.turn_detection import VadSettings
 from voice.speech.audio import AudioBuffer
 from voice.store.sessions import new_id
