@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 
+from fitting.errors import ParlourError
 from fitting.measure import Counter, Measure, estimate
 from fitting.messages import Entry, Exchange, Message, assemble, pieces, repair
 from fitting.sections import WorkerFailed, condense, cut
@@ -35,8 +37,10 @@ from fitting.summary import (
 CONDENSE_PASSES = 2  # section analysis of the current turn: notes on notes at most once
 
 
-class FitError(ValueError):
+class FitError(ParlourError, ValueError):
     """Nothing can make the prompt fit: the system prompt alone is over the budget, or no question."""
+
+    code, status = "cannot_respond", HTTPStatus.BAD_REQUEST
 
 
 @dataclass

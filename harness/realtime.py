@@ -20,6 +20,28 @@ SERVER_EVENT = TypeAdapter(RealtimeServerEvent)
 # A response that answered: whole, or cut at max_output_tokens (tests keep replies short).
 ANSWERED = ("completed", "incomplete")
 
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+# One valid event of each kind a client sends, every field set: what the fuzz of malformed events
+# mutates (harness.fuzz), against a live server and straight against the protocol.
+VALID_EVENTS = [
+    {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
+                                           "output_modalities": ["text"], "audio": {"output": {"speed": 1.0}},
+                                           "tools": [WEATHER_TOOL], "tool_choice": "auto"}},
+    {"type": "conversation.item.create", "previous_item_id": "root", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello."}], "id": "msg_x"}},
+    {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "c1", "output": "x"}},
+    {"type": "conversation.item.retrieve", "item_id": "msg_x"},
+    {"type": "conversation.item.delete", "item_id": "msg_y"},
+    {"type": "conversation.item.truncate", "item_id": "msg_x", "content_index": 0, "audio_end_ms": 10},
+    {"type": "input_audio_buffer.append", "audio": "AAAA"},
+    {"type": "input_audio_buffer.commit"},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "response.cancel"},
+    {"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 1,
+                                             "instructions": "x", "metadata": {"k": "v"}, "tool_choice": "none"}},
+]
+
 
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on now (for servers given a port, not port 0)."""

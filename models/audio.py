@@ -8,18 +8,23 @@ and clients' 24 kHz becomes whisper's 16 kHz.
 from __future__ import annotations
 
 import wave
+from http import HTTPStatus
 from pathlib import Path
 
 import numpy as np
 import soxr
+
+from fitting.errors import ParlourError
 
 # The audio Parlour speaks and hears on the wire (the Realtime protocol's audio/pcm): PCM16 mono.
 RATE = 24_000
 BYTES_PER_MS = RATE * 2 // 1000  # 48
 
 
-class AudioError(ValueError):
+class AudioError(ParlourError, ValueError):
     """Audio that cannot be used as given; the message says what is wrong in one line."""
+
+    code, status = "invalid_audio", HTTPStatus.BAD_REQUEST
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:

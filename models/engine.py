@@ -20,15 +20,21 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from http import HTTPStatus
 from pathlib import Path
+
+from fitting.errors import ParlourError
 
 # The load is process-wide state while llama-cpp-python reads the default parameters.
 _defaults_lock = threading.Lock()
 KV_CACHE_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's numbers for them (ggml.h, enum ggml_type)
 
 
-class EngineRefused(ValueError):
-    """Settings that would crash this CPU's llama.cpp build; the message says why, in one line."""
+class EngineRefused(ParlourError, ValueError):
+    """Settings that would crash this CPU's llama.cpp build; the message says why, in one line.
+    Told at start-up; the service's own settings are at fault, hence a 500 status."""
+
+    code, status = "engine_refused", HTTPStatus.INTERNAL_SERVER_ERROR
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ rendered prompt's tokens exactly (`count`) and per message (`count_message`, cac
 measures each message once), and streams replies (`stream`) that can be cancelled from another
 thread. Every reply reports how much of the prompt llama.cpp reused from its KV cache: a prompt
 that extends the previous one costs only its new tokens. The template itself is
-models.chat_template's; the reply as it streams is models.reply's.
+models.chat_template's; the reply as it streams is models.reply's; what of llama-cpp-python's
+`Llama` is private (the cache's tokens and cells) is reached through models.llama_context.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fitting.measure import estimate_message
 from models.chat_template import ChatTemplate, CountCache, Message
 from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
+from models.llama_context import LlamaContext
 from models.reply import ContextOverflow, ReplyStream
 from models.tool_calls import MARKERS
 
@@ -72,7 +74,8 @@ class LanguageModel:
         self.repeat_penalty = repeat_penalty
         self.engine = EngineSettings.chosen(threads, repack)
         self._llm = open_llama(self.path, self.engine, context, vocab_only=vocab_only, seed=seed)
-        self.kv_shift = kv_shift and not vocab_only and self._can_shift()
+        self._llama_context = LlamaContext(self._llm)
+        self.kv_shift = kv_shift and not vocab_only and self._llama_context.can_shift()
         self._exact = 0  # how many leading cached tokens were evaluated exactly (not kept by a shift)
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")
@@ -176,13 +179,12 @@ class LanguageModel:
             prompt, must_call = prompt + self._tokenize(opening), False
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
-        reply = ReplyStream(iter(()))
+        reply = ReplyStream()
         avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() and not opening else []
         # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
                                 open_with_call or bool(opening), avoid, must_call, bool(tools) and not opening)
-        reply._pieces = itertools.chain([opening], pieces) if opening else pieces
-        return reply
+        return reply.start(itertools.chain([opening], pieces) if opening else pieces)
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
         """Token ids whose text may begin a tool call, and of those the ones that are more than white
@@ -208,7 +210,7 @@ class LanguageModel:
             return 0
         with self._lock:
             llm = self._llm
-            prefix = common_prefix(llm._input_ids.tolist(), prompt)
+            prefix = common_prefix(self._llama_context.cached_tokens(), prompt)
             saved = None
             if exact:
                 kept = min(prefix, self._exact)
@@ -240,10 +242,10 @@ class LanguageModel:
             len(self._text_tokens(self._render(messages[:held], generation_prompt=False, tools=tools)))
         with self._lock:
             llm = self._llm
-            shared = common_prefix(llm._input_ids.tolist(), kept)
+            shared = common_prefix(self._llama_context.cached_tokens(), kept)
             if shared < held_tokens or llm.n_tokens <= shared:
                 return
-            llm._ctx.kv_cache_seq_rm(0, shared, -1)
+            self._llama_context.remove(shared)
             llm.n_tokens = shared
             self._exact = min(self._exact, shared)
 
@@ -257,20 +259,12 @@ class LanguageModel:
 
     def _save_cache(self) -> _SavedCache:
         """A copy of the KV cache and what it holds (a few hundred MB at most), for `_restore_cache`."""
-        import ctypes
-
-        from llama_cpp import llama_state_seq_get_data, llama_state_seq_get_size
-
-        size = llama_state_seq_get_size(self._llm._ctx.ctx, 0)
-        buffer = (ctypes.c_uint8 * size)()
-        llama_state_seq_get_data(self._llm._ctx.ctx, buffer, size, 0)
-        return _SavedCache(buffer, self._llm.input_ids.copy(), self._llm.n_tokens, self._exact)
+        kv = self._llama_context.save_state()
+        return _SavedCache(kv, self._llm.input_ids.copy(), self._llm.n_tokens, self._exact)
 
     def _restore_cache(self, saved: _SavedCache) -> None:
-        from llama_cpp import llama_state_seq_set_data
-
-        self._llm._ctx.kv_cache_seq_rm(0, -1, -1)
-        if not llama_state_seq_set_data(self._llm._ctx.ctx, saved.kv, len(saved.kv), 0):
+        self._llama_context.clear()
+        if not self._llama_context.load_state(saved.kv):
             self._llm.n_tokens = self._exact = 0  # not restored: the next prompt is evaluated whole
             return
         self._llm.input_ids[:] = saved.input_ids
@@ -326,11 +320,6 @@ class LanguageModel:
             if exact:
                 self._exact = self._llm.n_tokens
 
-    def _can_shift(self) -> bool:
-        from llama_cpp import llama_memory_can_shift
-
-        return bool(llama_memory_can_shift(self._llm._ctx.memory))
-
     def _shift_cache(self, prompt: list[int]) -> int:
         """Keep the cache of the tokens that survive in `prompt` when spans of what was cached were
         removed (an old exchange, old research): each span leaves the KV cache and what follows it
@@ -338,14 +327,14 @@ class LanguageModel:
         tokens' cache was computed beside the removed text, so this approximates an exact prefill
         (docs/speed.md: KV shift). Returns how many leading tokens of `prompt` are now cached."""
         llm = self._llm
-        cached = llm._input_ids.tolist()
+        cached = self._llama_context.cached_tokens()
         spans, kept = removed_spans(cached, prompt)
         if not spans:
             return kept
         self._exact = min(self._exact, spans[0][0])  # what follows the first span is approximate now
         for start, end in reversed(spans):  # from the back, so earlier spans keep their positions
-            llm._ctx.kv_cache_seq_rm(0, start, end)
-            llm._ctx.kv_cache_seq_shift(0, end, -1, start - end)
+            self._llama_context.remove(start, end)
+            self._llama_context.shift(end, start - end)
         llm.input_ids[:kept] = prompt[:kept]
         llm.n_tokens = kept
         return kept
@@ -437,8 +426,6 @@ class LanguageModel:
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
                   open_with_call: bool = True, avoid: list[int] | None = None,
                   must_call: bool = False, calls: bool = False) -> Iterator[str]:
-        from llama_cpp import llama_vocab_is_eog
-
         stats = reply.stats
         with self._lock:
             shape = self._call_shape() if calls else None
@@ -449,7 +436,7 @@ class LanguageModel:
             # llama-cpp-python keeps the longest common prefix with what it evaluated last and
             # re-evaluates one token when the whole prompt matches, to refresh the logits. Spans
             # removed from the middle are taken out of the cache first, if shifting is on.
-            prefix = common_prefix(llm._input_ids.tolist(), prompt)
+            prefix = common_prefix(self._llama_context.cached_tokens(), prompt)
             kept = self._shift_cache(prompt) if self.kv_shift else prefix
             reused = min(max(kept, prefix), len(prompt) - 1)
             stats.shifted_tokens = max(0, reused - prefix)
@@ -472,7 +459,7 @@ class LanguageModel:
                         if reply.cancelled:
                             stats.finish_reason = "cancelled"
                             break
-                        if llama_vocab_is_eog(llm._model.vocab, token):
+                        if self._llama_context.ends_generation(token):
                             empty = shifted and not stats.completion_tokens
                             stats.finish_reason = "stop"
                             break

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fitting.messages import Message
     from models.reply import ReplyStream
 
@@ -39,6 +41,18 @@ class Model(Protocol):
                tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
                must_call: bool | str = False) -> ReplyStream: ...
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str: ...
+    def prefill(self, messages: list[Message], tools: list[dict] | None = None,
+                stop: Callable[[], bool] = ..., batch: int = 64, exact: bool = False,
+                progress: Callable[[int], None] = ...) -> int:
+        """Evaluate `messages` into the cache as the start of a later prompt, with no reply; between
+        batches of `batch` tokens stop once `stop()` is true and tell `progress` the tokens evaluated
+        so far. With `exact`, what a KV shift kept is evaluated again. Returns the tokens evaluated
+        (0 where `warms` is false: the upkeep and the preemptions call it only where it is true)."""
+
+    def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:
+        """Remove from the cache what follows its longest common prefix with `messages` (a wrong
+        guess's cells), only if the cache holds the first `held` of them (all by default)."""
+
     def health(self) -> dict:
         """What /healthz says of it: the engine's settings here, or whether the server answers.
         Blocking (a server is asked): call it from a worker thread."""

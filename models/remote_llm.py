@@ -27,17 +27,21 @@ import json
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
+from fitting.errors import ParlourError
 from fitting.measure import estimate_message, estimate_text
 from models.chat_template import CountCache, Message
 from models.llm import LanguageModel
 from models.reply import ReplyStream
 
 
-class ModelServerError(RuntimeError):
+class ModelServerError(ParlourError, RuntimeError):
     """The model server could not be reached or did not answer properly; the message says how."""
+
+    code, status = "model_server_error", HTTPStatus.BAD_GATEWAY
 
 
 _STUB = {"role": "system", "content": "."}
@@ -218,17 +222,24 @@ class RemoteLanguageModel:
                 body["tool_choice"] = {"type": "function", "function": {"name": must_call}}
             elif must_call:
                 body["tool_choice"] = "required"
-        reply = ReplyStream(iter(()))
+        reply = ReplyStream()
         reply.stats.prompt_tokens = self.count(messages, tools)
         slot = self._slot(messages)
         body["id_slot"] = slot
         connection = self._connection(self.timeout)
-        reply._on_cancel = lambda: _abort(connection)
-        reply._pieces = self._generate(connection, body, reply, slot)
-        return reply
+        return reply.start(self._generate(connection, body, reply, slot), on_cancel=lambda: _abort(connection))
 
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
+
+    # The server's cache is not Parlour's to fill or trim (`warms` is false): nothing to do.
+    def prefill(self, messages: list[Message], tools: list[dict] | None = None,
+                stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False,
+                progress: Callable[[int], None] = lambda evaluated: None) -> int:
+        return 0
+
+    def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:
+        return None
 
     def _generate(self, connection: http.client.HTTPConnection, body: dict, reply: ReplyStream,
                   slot: int) -> Iterator[str]:

@@ -5,10 +5,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
+
+from fitting.errors import ParlourError
 
 
-class ContextOverflow(ValueError):
+class ContextOverflow(ParlourError, ValueError):
     """A prompt longer than the model's context window."""
+
+    code, status = "cannot_respond", HTTPStatus.BAD_REQUEST
 
 
 @dataclass
@@ -23,12 +28,22 @@ class ReplyStats:
 
 @dataclass
 class ReplyStream:
-    """Iterate for text pieces as they are generated; `cancel()` from any thread stops it."""
+    """Iterate for text pieces as they are generated; `cancel()` from any thread stops it. A model
+    makes the reply first and `start`s it with its pieces, since their generator reads the reply's
+    stats and whether it is cancelled."""
 
-    _pieces: Iterator[str]
+    _pieces: Iterator[str] = field(default_factory=lambda: iter(()))
     stats: ReplyStats = field(default_factory=ReplyStats)
     _cancelled: threading.Event = field(default_factory=threading.Event)
     _on_cancel: Callable[[], None] | None = None  # what else stops it (a remote reply closes its stream)
+
+    def start(self, pieces: Iterator[str], on_cancel: Callable[[], None] | None = None) -> ReplyStream:
+        """This reply, streaming `pieces`; `on_cancel` is what else `cancel()` does (a remote reply
+        closes its connection)."""
+        self._pieces = pieces
+        if on_cancel is not None:
+            self._on_cancel = on_cancel
+        return self
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces

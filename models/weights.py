@@ -16,18 +16,26 @@ import importlib.metadata
 import json
 import os
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 import platformdirs
 from tqdm import tqdm
 
+from fitting.errors import ParlourError
 
-class ModelMissing(Exception):
-    """A model file or directory that is not on disk; the message says how to get it."""
+
+class ModelMissing(ParlourError):
+    """A model file or directory that is not on disk; the message says how to get it. Told at
+    start-up; the service's own installation is at fault, hence a 500 status."""
+
+    code, status = "model_missing", HTTPStatus.INTERNAL_SERVER_ERROR
 
 
 class WeightsCorrupt(ModelMissing):
     """Joined parts whose hash is not the published one; nothing was loaded."""
+
+    code = "weights_corrupt"
 
 
 @dataclass(frozen=True)

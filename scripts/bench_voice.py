@@ -53,7 +53,7 @@ from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
 from voice.knowledge.base import KnowledgeBase
 from voice.knowledge.research import Research
-from voice.speech.sentences import Sentences
+from voice.text.sentences import Sentences
 
 QUESTIONS = [
     "What does the GNU General Public License say about warranty?",

@@ -15,7 +15,9 @@ import pytest
 
 from harness import home_assistant as ha
 from harness.doors import HOME_ASSISTANT_AFTER_CALL, HOME_ASSISTANT_CHAT
-from voice.chat.thread import BadHistory, answer_calls, fingerprint, split_clock, without_earlier_commands
+from voice.chat.thread import BadHistory, answer_calls, fingerprint
+from voice.text.clock import split_clock
+from voice.turns.prompt_layout import without_earlier_commands
 
 
 def ollama_client(server, key: str | None = None) -> ollama.AsyncClient:
@@ -298,18 +300,3 @@ def test_the_knowledge_base_is_searched_inside_parlour_beside_the_clients_tools(
     (session,) = stored(server)
     assert [m["role"] for m in session] == ["user", "assistant", "tool", "assistant"]
     assert session[1]["tool_calls"][0]["function"]["name"] == "search" and "tulip-42" in session[2]["content"]
-
-
-def test_every_problem_that_ends_a_turn_has_its_status_in_each_api():
-    """The Realtime codes, the chat APIs' statuses and Wyoming's `not-handled` come from one table,
-    so no front end misses one (the chat APIs once answered a model's context overflow with 500)."""
-    from fitting import FitError
-    from models.remote_llm import ModelServerError
-    from models.reply import ContextOverflow
-    from voice.chat.routes import _status
-    from voice.turns.engine import TURN_PROBLEMS, ServerBusy, problem_code
-
-    assert set(TURN_PROBLEMS) == {ServerBusy, FitError, ContextOverflow, ModelServerError}
-    assert [problem_code(p("x")) for p in (ServerBusy, FitError, ContextOverflow, ModelServerError)] == [
-        "server_busy", "cannot_respond", "cannot_respond", "model_server_error"]
-    assert [_status(p("x")) for p in (ServerBusy, FitError, ContextOverflow, ModelServerError)] == [503, 400, 400, 502]

@@ -11,8 +11,8 @@ from websockets.exceptions import InvalidStatus
 from harness.realtime import ANSWERED, Client, done, reply_text
 from tests.helpers import write_docs
 from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase
-from voice.knowledge.research import compact_calls, evidence_first
 from voice.store.sessions import SessionStore
+from voice.turns.prompt_layout import compact_calls, evidence_first
 
 
 def test_a_reply_streams_and_reports_its_figures(server):

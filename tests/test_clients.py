@@ -16,6 +16,7 @@ from harness.realtime import Client, done
 from models.audio import read_wav, write_wav
 from models.engine import cpu_features
 from tests.browser import Chromium, chromium_path
+from tests.helpers import until
 
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 
@@ -150,18 +151,17 @@ def test_talk_records_between_key_presses_plays_the_reply_and_barges_in(server, 
     async def scenario() -> None:
         keys: asyncio.Queue = asyncio.Queue()
         client = asyncio.create_task(talk(server.url(), None, None, sd=device, keys=keys))
-        await asyncio.sleep(1.0)
         keys.put_nowait(" ")  # start talking
-        await asyncio.sleep(0.2)
+        # Taken once talk is connected, and it records from the moment it takes the key.
+        await until(keys.empty, 60)
+        await asyncio.sleep(0.2)  # the user starts speaking a moment after the key
         device.say(question)
-        await asyncio.sleep(question.size / 48_000 + 0.3)
+        await until(lambda: device.pending.size == 0, 60)  # the microphone has heard all of it
+        await asyncio.sleep(0.3)  # and the key is let go a moment after the last word
         keys.put_nowait(" ")  # send
-        for _ in range(600):
-            if device.played_seconds() > 1.0:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: device.played_seconds() > 1.0, 60)
         keys.put_nowait(" ")  # barge in: stop the reply and talk again
-        await asyncio.sleep(0.5)
+        await until(keys.empty, 60)  # talk has taken it: the interruption goes out before the next key
         keys.put_nowait("q")
         await asyncio.wait_for(client, 60)
 

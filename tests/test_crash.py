@@ -16,8 +16,8 @@ from websockets.exceptions import ConnectionClosed
 from harness.realtime import ANSWERED, Client, done, reply_text
 from tests.helpers import write_docs
 from voice.knowledge.base import KnowledgeBase
-from voice.knowledge.research import compact_calls, evidence_first
 from voice.store.sessions import SessionStore
+from voice.turns.prompt_layout import compact_calls, evidence_first
 
 
 class ServerProcess:

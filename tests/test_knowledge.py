@@ -188,7 +188,7 @@ def test_a_text_that_several_documents_share_is_one_result(tmp_path):
 
 def test_the_model_reads_an_auto_search_without_its_query_and_its_own_searches_with_theirs(llm):
     from models.tool_calls import new_call
-    from voice.knowledge.research import compact_calls
+    from voice.turns.prompt_layout import compact_calls
 
     asked = new_call("search", {"query": "When does the ferry leave?"})
     own = new_call("search", {"query": "ferry timetable"})
@@ -209,7 +209,7 @@ def test_the_model_reads_an_auto_search_without_its_query_and_its_own_searches_w
 
 def test_an_auto_search_is_read_as_its_results_before_the_question(llm):
     from models.tool_calls import new_call
-    from voice.knowledge.research import compact_calls, evidence_first
+    from voice.turns.prompt_layout import compact_calls, evidence_first
 
     asked = new_call("search", {"query": "When does the ferry leave?"})
     own = new_call("search", {"query": "ferry timetable"})

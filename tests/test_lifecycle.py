@@ -321,7 +321,7 @@ def test_a_commit_waits_for_the_draft_that_is_running():
     protocol.receive(raw("input_audio_buffer.append", audio=speech(200)))  # the next question begins
     (effect,) = protocol.drafted(draft.generation, Draft("Hello there.", len(draft.audio)))
     assert isinstance(effect, Transcribe) and effect.draft == Draft("Hello there.", 900 * 48)
-    assert protocol.draft is None  # the draft was the committed buffer's, not the new one's
+    assert protocol.drafts.latest is None  # the draft was the committed buffer's, not the new one's
 
 
 def test_a_cleared_buffer_forgets_its_draft():

@@ -1,4 +1,4 @@
-"""The local language model: answers, exact counts, cancellation and KV-cache reuse."""
+"""The local language model: answers, exact counts, cancellation, KV-cache reuse, and fitting with its tokenizer."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import threading
 
 import pytest
 
+from fitting import fit
+from harness.sessions import research_session
 from models.chat_template import as_plain_text
 from models.kv_cache import common_prefix
 from models.reply import ContextOverflow
 from models.tool_calls import MARKERS
+from tests.helpers import check_prompt
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
 
@@ -276,10 +279,19 @@ def test_discard_keeps_what_the_next_prompt_shares_with_the_guess(llm):
     guessed = [system, {"role": "user", "content": evidence + "When is the lamp"}]
     asked = [system, {"role": "user", "content": evidence + "When is the lamp put out?"}]
     llm.prefill(guessed)
-    shared = common_prefix(llm._llm._input_ids.tolist(), llm.tokens(asked))
+    shared = common_prefix(llm._llama_context.cached_tokens(), llm.tokens(asked))
     llm.discard(asked, held=1)
     assert llm._llm.n_tokens == shared > llm.count([system])  # the evidence stays, the guess's end went
     assert 0 < llm.prefill(asked) < 16  # only the question's last words are evaluated
     cached = llm._llm.n_tokens
     llm.discard([{"role": "system", "content": "You are Marra, a harbour pilot."}, *asked[1:]], held=1)
     assert llm._llm.n_tokens == cached  # another history: left as it is
+
+
+# Fitting with the model's own tokenizer ----------------------------------------------------------
+def test_fitting_with_the_models_tokenizer_fits_the_real_prompt(llm):
+    messages = research_session(turns=6, research_chars=3000)
+    fitted = fit(messages, budget=3000, measure=llm.measure)
+    assert fitted.prompt_tokens <= 3000
+    assert llm.count(fitted.messages) <= fitted.prompt_tokens  # the derived total never undercounts
+    check_prompt(fitted.messages)

@@ -8,10 +8,7 @@ import itertools
 import json
 
 from harness.fuzz import mutations
-from harness.realtime import ANSWERED, Client, done, reply_text
-
-WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The current weather in a city.",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+from harness.realtime import ANSWERED, VALID_EVENTS, WEATHER_TOOL, Client, done, reply_text
 
 
 def user_item(text: str, item_id: str | None = None) -> dict:
@@ -194,22 +191,6 @@ def test_the_agents_sdk_speaks_hands_free_with_its_default_turn_detection(server
     assert stored[0]["content"] == "What is the capital of France?" and "Paris" in stored[1]["content"]
 
 
-VALID_EVENTS = [
-    {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief.",
-                                           "output_modalities": ["text"], "audio": {"output": {"speed": 1.0}},
-                                           "tools": [WEATHER_TOOL], "tool_choice": "auto"}},
-    {"type": "conversation.item.create", "previous_item_id": "root", "item": user_item("Hello.", "msg_x")},
-    {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "c1", "output": "x"}},
-    {"type": "conversation.item.retrieve", "item_id": "msg_x"},
-    {"type": "conversation.item.delete", "item_id": "msg_y"},
-    {"type": "conversation.item.truncate", "item_id": "msg_x", "content_index": 0, "audio_end_ms": 10},
-    {"type": "input_audio_buffer.append", "audio": "AAAA"},
-    {"type": "input_audio_buffer.commit"},
-    {"type": "input_audio_buffer.clear"},
-    {"type": "response.cancel"},
-    {"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 1,
-                                             "instructions": "x", "metadata": {"k": "v"}, "tool_choice": "none"}},
-]
 def test_a_fuzz_of_malformed_events_never_drops_the_connection(make_server):
     server = make_server(research="off", reply_tokens=2)
     client = Client(server.url())

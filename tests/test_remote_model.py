@@ -18,7 +18,7 @@ from harness.realtime import ANSWERED, Client, done, free_port, reply_text
 from models.llm import LanguageModel
 from models.remote_llm import ModelServerError, RemoteLanguageModel
 from models.weights import resolve
-from voice.knowledge.research import compact_calls, evidence_first
+from voice.turns.prompt_layout import compact_calls, evidence_first
 
 
 class ModelServer:

@@ -3,7 +3,6 @@ server that answers every turn or says it is busy."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import socket
 import threading
@@ -13,7 +12,6 @@ from websockets.exceptions import InvalidStatus
 
 from harness.realtime import ANSWERED, Client, done
 from voice.hosts import HostCheck
-from voice.turns.model_queue import ModelQueue
 
 HTTP_PATHS = ["/", "/healthz", "/v1/sessions", "/v1/figures", "/v1/realtime"]
 
@@ -146,31 +144,3 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
         replies_after = [stored[i + 1].message["role"] == "assistant" if i + 1 < len(stored) else False
                          for i, m in enumerate(stored) if m.message["role"] == "user"]
         assert sum(replies_after) == len(seen) - seen.count("server_busy"), (seen, [m.message for m in stored])
-
-
-def test_turns_go_before_summaries_that_have_not_started():
-    async def run() -> list[str]:
-        queue, order = ModelQueue(), []
-        await queue.acquire()  # a turn holds the model
-
-        async def use(name: str, background: bool) -> None:
-            await queue.acquire(background)
-            order.append(name)
-            await asyncio.sleep(0)
-            queue.release()
-
-        summary = asyncio.create_task(use("summary", True))
-        await asyncio.sleep(0)  # the summary waits first
-        assert not queue.turn_waiting.is_set()  # a summary waiting is no turn: a warm-up need not give way
-        turns = [asyncio.create_task(use(f"turn {n}", False)) for n in (1, 2)]
-        gone = asyncio.create_task(use("turn that gives up", False))
-        await asyncio.sleep(0)
-        assert queue.turn_waiting.is_set()  # what a warm-up's worker thread reads to give way
-        gone.cancel()
-        queue.release()
-        await asyncio.gather(summary, *turns, return_exceptions=True)
-        assert not queue.turn_waiting.is_set()
-        await asyncio.wait_for(queue.acquire(), 1)  # free again once everyone is done
-        return order
-
-    assert asyncio.run(run()) == ["turn 1", "turn 2", "summary"]

@@ -16,8 +16,8 @@ from openai import AsyncOpenAI
 
 from harness.realtime import ANSWERED, SERVER_EVENT, Client, done
 from tests.helpers import until
-from voice.knowledge.research import compact_calls, evidence_first
-from voice.speech.sentences import Sentences
+from voice.text.sentences import Sentences
+from voice.turns.prompt_layout import compact_calls, evidence_first
 
 
 def words(text: str) -> str:
@@ -411,7 +411,7 @@ def test_evidence_a_draft_found_while_the_user_still_spoke_is_prefilled_and_read
     server.idle()
     guess = server.service.engine.preemptions.guesses[client.session_id]
     assert not guess.settled and guess.evaluated > 0
-    cached = llm._llm.detokenize(llm._llm._input_ids.tolist()).decode()
+    cached = llm._llm.detokenize(llm._llama_context.cached_tokens()).decode()
     assert "Orla Keane" in cached and cached.endswith("\n\n")  # the evidence, none of the question's words
     assert server.service.store.transcript(client.session_id)[1:] == []
     client.send({"type": "input_audio_buffer.commit"})

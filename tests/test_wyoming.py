@@ -19,7 +19,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from harness.realtime import free_port
 from tests.helpers import until
-from voice.knowledge.research import compact_calls, evidence_first
+from voice.turns.prompt_layout import compact_calls, evidence_first
 from voice.wyoming.assistant import session_for
 
 

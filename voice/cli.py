@@ -13,14 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from fitting import FitError
+from fitting.errors import ParlourError
 from models.audio import RATE, AudioError, read_wav, write_wav
 from models.chat_template import tool_call_text
-from models.engine import EngineRefused
-from models.weights import ModelMissing
 from voice.clients.chat import ChatError
-from voice.config import CHOICES, KEYS, ConfigError, help_text, load_config
-from voice.replay import ReplayError, load_messages
+from voice.config import CHOICES, KEYS, help_text, load_config
+from voice.replay import load_messages
 from voice.store.sessions import UnknownSession
 
 
@@ -294,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config({key: getattr(args, key, None) for key in KEYS}, config_file=getattr(args, "config", None))
         COMMANDS[args.command](config, args)
-    except UnknownSession as error:
-        print(f"parlour: error: no such session: {error.args[0]}", file=sys.stderr)
-        return 2
-    except (ConfigError, EngineRefused, ModelMissing, AudioError, ReplayError, FitError, ChatError, OSError) as error:
+    except (ParlourError, ChatError, OSError) as error:  # the service's errors, the client's, the system's
         print(f"parlour: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

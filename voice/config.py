@@ -12,15 +12,21 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
+from http import HTTPStatus
 from pathlib import Path
 
 import platformdirs
 
+from fitting.errors import ParlourError
+
 ENV_PREFIX = "PARLOUR_"
 
 
-class ConfigError(ValueError):
-    """A configuration value or file that cannot be used; the message says which and why."""
+class ConfigError(ParlourError, ValueError):
+    """A configuration value or file that cannot be used; the message says which and why. Told at
+    start-up; the service's own settings are at fault, hence a 500 status."""
+
+    code, status = "invalid_config", HTTPStatus.INTERNAL_SERVER_ERROR
 
 
 DEFAULT_INSTRUCTIONS = (

@@ -2,8 +2,9 @@
 
 `serve_http` reads requests off one keep-alive connection, one after another, and writes each
 `Reply`: a whole body, or a stream of chunks (the chat APIs' NDJSON and server-sent events). A body
-over `max_body` bytes gets 413, a request h11 cannot parse gets 400, and the connection closes; so
-does one that sends no whole request for `IDLE_SECONDS`. If
+over `max_body` bytes gets 413 (`BodyTooLarge`), a request h11 cannot parse gets 400, and the
+connection closes; so does one that sends no whole request for `IDLE_SECONDS`. An error a route
+raises is answered with the status it carries if it is a `ParlourError` (fitting.errors), else 500. If
 the client goes away while a stream is written, the stream is closed, which cancels its turn.
 """
 
@@ -19,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from fitting.errors import ParlourError
 from voice.validation import json_value
 
 log = logging.getLogger("parlour")
@@ -79,6 +81,16 @@ def json_reply(status: HTTPStatus, data: object) -> Reply:
     return Reply(status, json.dumps(data).encode())
 
 
+def status_reply(status: HTTPStatus, problem: Exception) -> Reply:
+    """A request that could not be read, told in plain text after its status line's words."""
+    return text_reply(status, f"{status.value} {status.phrase}: {problem}")
+
+
+def problem_reply(problem: ParlourError) -> Reply:
+    """`problem` as the service's own routes tell errors: its status, `{"error": message}`."""
+    return json_reply(problem.status, {"error": str(problem)})
+
+
 Handler = Callable[[Request], Awaitable[Reply]]
 
 
@@ -94,17 +106,17 @@ async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                 return
             except h11.RemoteProtocolError as error:
                 if connection.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    status = HTTPStatus(error.error_status_hint)
-                    await _send(connection, writer, text_reply(status, f"{status.value} {status.phrase}: {error}"))
+                    await _send(connection, writer, status_reply(HTTPStatus(error.error_status_hint), error))
                 return
-            except _TooLarge:
-                await _send(connection, writer, text_reply(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"413 Request Entity Too Large: the body is over {max_body} bytes"))
+            except BodyTooLarge as error:
+                await _send(connection, writer, status_reply(error.status, error))
                 return
             if request is None:
                 return
             try:
                 reply = await handle(request)
+            except ParlourError as problem:  # a route that did not answer it in its own shape
+                reply = problem_reply(problem)
             except Exception:  # a bug: say so in-band, keep serving
                 log.exception("serving %s %s failed", request.method, request.path)
                 reply = json_reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error (see the service log)"})
@@ -118,8 +130,10 @@ async def serve_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         writer.close()
 
 
-class _TooLarge(Exception):
-    pass
+class BodyTooLarge(ParlourError):
+    """A request whose body is over the connection's limit; the connection closes after its reply."""
+
+    code, status = "body_too_large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE
 
 
 async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader):
@@ -138,14 +152,14 @@ async def _read_request(connection: h11.Connection, reader: asyncio.StreamReader
     url = urlsplit(event.target.decode("latin-1"))
     headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in event.headers]
     if any(k == "content-length" and int(v) > max_body for k, v in headers):  # h11 checked it is a number
-        raise _TooLarge
+        raise BodyTooLarge(f"the body is over {max_body} bytes")
     body = bytearray()
     while not isinstance(part := await _next_event(connection, reader), h11.EndOfMessage):
         if isinstance(part, h11.ConnectionClosed):
             return None
         body += part.data
         if len(body) > max_body:
-            raise _TooLarge
+            raise BodyTooLarge(f"the body is over {max_body} bytes")
     return Request(event.method.decode(), url.path, parse_qs(url.query), headers, bytes(body))
 
 

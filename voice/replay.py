@@ -8,15 +8,19 @@ model's own tokenizer (or the characters/3 estimate with `--estimate`).
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from pathlib import Path
 
 from fitting import FitResult, estimate, fit
+from fitting.errors import ParlourError
 from fitting.summary import summary_room
 from models.chat_template import tool_call_text
 
 
-class ReplayError(ValueError):
-    """A replay file that is not a list of chat messages."""
+class ReplayError(ParlourError, ValueError):
+    """A replay file that is not a list of chat messages (told by `parlour replay` only)."""
+
+    code, status = "invalid_replay", HTTPStatus.BAD_REQUEST
 
 
 def load_messages(path: str | Path) -> list[dict]:

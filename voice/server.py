@@ -41,7 +41,7 @@ from voice.hosts import HostCheck
 from voice.knowledge.base import KnowledgeBase
 from voice.knowledge.research import Research
 from voice.realtime.connection import Connection
-from voice.store.sessions import SessionStore, owner_of
+from voice.store.sessions import SessionStore, UnknownSession, owner_of
 from voice.turns.engine import TurnEngine
 
 log = logging.getLogger("parlour")
@@ -178,7 +178,8 @@ class Service:
             return json_response(HTTPStatus.UNAUTHORIZED, {"error": "a valid API key is required"})
         session_id = (parse_qs(url.query).get("session_id") or [""])[0]
         if session_id and not await asyncio.to_thread(self.store.exists, session_id, self.scope(owner)):
-            return json_response(HTTPStatus.NOT_FOUND, {"error": f"no such session: {session_id}"})
+            missing = UnknownSession(session_id)
+            return json_response(missing.status, {"error": str(missing)})
         self.admitted = {c for c in self.admitted if c.state is not State.CLOSED}
         if len(self.admitted) >= self.config.max_connections:
             return plain_response(HTTPStatus.SERVICE_UNAVAILABLE, f"503 Service Unavailable: "

@@ -13,30 +13,27 @@ from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 
+from fitting.errors import ParlourError
 from voice import http_api
 from voice.chat import ollama, openai_chat
-from voice.chat.thread import BadHistory
 from voice.chat.turn import BadRequest, ChatRequest, answer
-from voice.turns.engine import TURN_PROBLEMS
 from voice.turns.events import Calls, Delta, Done, TurnEvent
 from voice.turns.figures import TurnFigures
+from voice.turns.service import Service
 
 MODEL = "parlour"
 OLLAMA_MODEL = f"{MODEL}:latest"
 PATHS = ("/api/version", "/api/tags", "/api/ps", "/api/show", "/api/chat", "/api/pull",
          "/v1/models", "/v1/chat/completions")
 _METHODS = {"/api/version": "GET", "/api/tags": "GET", "/api/ps": "GET", "/v1/models": "GET"}
-# The errors a turn can meet, with the status each API answers them with.
-_TURN_STATUS = {"server_busy": HTTPStatus.SERVICE_UNAVAILABLE, "cannot_respond": HTTPStatus.BAD_REQUEST,
-                "model_server_error": HTTPStatus.BAD_GATEWAY}
-_PROBLEMS = {BadRequest: HTTPStatus.BAD_REQUEST, BadHistory: HTTPStatus.BAD_REQUEST,
-             **{kind: _TURN_STATUS[code] for kind, code in TURN_PROBLEMS.items()}}
 
 
-def _status(problem: Exception) -> HTTPStatus:
-    if isinstance(problem, BadRequest):
-        return problem.status
-    return next(status for kind, status in _PROBLEMS.items() if isinstance(problem, kind))
+def failed_reply(problem: ParlourError, is_ollama: bool) -> http_api.Reply:
+    """A chat request that failed before its reply began: the status the problem carries, the
+    message in the API's error shape."""
+    message = str(problem).strip("'\"")
+    return http_api.json_reply(problem.status, ollama.error(message) if is_ollama else openai_chat.error(
+        message, "server_error" if problem.status >= 500 else "invalid_request_error"))
 
 
 def _unknown_model(name: object, served: str) -> BadRequest:
@@ -48,7 +45,7 @@ def _served(name: str) -> bool:
     return name in (MODEL, OLLAMA_MODEL)
 
 
-async def serve(service, request: http_api.Request) -> http_api.Reply:
+async def serve(service: Service, request: http_api.Request) -> http_api.Reply:
     is_ollama = request.path.startswith("/api/")
 
     def refuse(status: HTTPStatus, message: str, param: str | None = None) -> http_api.Reply:
@@ -104,26 +101,26 @@ async def _lines(items: list[dict]) -> AsyncIterator[bytes]:
         yield ollama.line(item)
 
 
-def _details(service) -> dict:
+def _details(service: Service) -> dict:
     return {"format": "gguf", "family": Path(service.llm.name).stem.split("-")[0],
             "parameter_size": "", "quantization_level": ""}
 
 
-def _tag(service) -> dict:
+def _tag(service: Service) -> dict:
     path = getattr(service.llm, "path", None)
     return {"name": OLLAMA_MODEL, "model": OLLAMA_MODEL, "modified_at": ollama.now(),
             "size": path.stat().st_size if path else 0, "digest": "", "details": _details(service)}
 
 
-def _show(service) -> dict:
-    context = service.engine.prompt.budget + service.engine.prompt.reply_tokens
+def _show(service: Service) -> dict:
+    context = service.engine.context
     return {"modelfile": "", "parameters": f"num_ctx {context}", "template": "", "details": _details(service),
             "model_info": {"general.name": service.llm.name, "parlour.context_length": context,
                            "parlour.backend": "local" if service.llm.backend == "local" else "remote"},
             "capabilities": ["completion", "tools"], "modified_at": ollama.now()}
 
 
-async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http_api.Reply:
+async def _chat(service: Service, owner: str, chat: ChatRequest, is_ollama: bool) -> http_api.Reply:
     if not service.config.device_memory:
         chat.device = None
     if not _served(chat.model):
@@ -136,11 +133,8 @@ async def _chat(service, owner: str, chat: ChatRequest, is_ollama: bool) -> http
     events = answer(service, owner, chat)
     try:
         first = await anext(events)  # a request that fails before it starts gets its status
-    except tuple(_PROBLEMS) as problem:
-        status = _status(problem)
-        message = str(problem).strip("'\"")
-        return http_api.json_reply(status, ollama.error(message) if is_ollama else openai_chat.error(
-            message, "server_error" if status >= 500 else "invalid_request_error"))
+    except ParlourError as problem:
+        return failed_reply(problem, is_ollama)
     if not chat.stream:
         return await _whole(first, events, started, is_ollama)
     render = _ollama_stream if is_ollama else _openai_stream
@@ -160,9 +154,8 @@ async def _whole(first: TurnEvent, events: AsyncIterator[TurnEvent], started: fl
                     calls += called
                 case Done():
                     figures = event.figures
-    except tuple(_PROBLEMS) as problem:
-        status = _status(problem)
-        return http_api.json_reply(status, ollama.error(str(problem)) if is_ollama
+    except ParlourError as problem:
+        return http_api.json_reply(problem.status, ollama.error(str(problem)) if is_ollama
                                    else openai_chat.error(str(problem), "server_error"))
     finally:
         await events.aclose()
@@ -182,7 +175,7 @@ async def _ollama_stream(first, events, chat: ChatRequest, started: float) -> As
         async for event in _all(first, events):
             yield ollama.line(ollama.final(OLLAMA_MODEL, event.figures, started) if isinstance(event, Done)
                               else ollama.piece(OLLAMA_MODEL, event))
-    except tuple(_PROBLEMS) as problem:  # the stream has begun: the error is its last line
+    except ParlourError as problem:  # the stream has begun: the error is its last line
         yield ollama.line(ollama.error(str(problem)))
     finally:
         await events.aclose()
@@ -199,7 +192,7 @@ async def _openai_stream(first, events, chat: ChatRequest, started: float) -> As
                     yield openai_chat.event(completion.usage_chunk(event.figures))
             else:
                 yield openai_chat.event(completion.piece(event))
-    except tuple(_PROBLEMS) as problem:
+    except ParlourError as problem:
         yield openai_chat.event(openai_chat.error(str(problem), "server_error"))
     finally:
         await events.aclose()

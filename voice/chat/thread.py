@@ -19,35 +19,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+from http import HTTPStatus
 
+from fitting.errors import ParlourError
 from models.tool_calls import new_call
 from voice.store.sessions import SessionStore
-
-# A line of a system prompt that tells the time or the date (Home Assistant's first line does).
-_CLOCK = re.compile(r"^.{0,80}(?:\b\d{1,2}:\d{2}\b|\b\d{4}-\d{2}-\d{2}\b).{0,80}$")
+from voice.text.clock import CLOCK_OPEN, split_clock
 
 
-CLOCK_OPEN = "\n\n("  # how the time the system prompt told begins, moved to the end of the question
-
-
-def without_clock(question: str) -> str:
-    """A stored question less the time moved into it: what the user asked."""
-    head, found, tail = question.rpartition(CLOCK_OPEN)
-    return head if found and tail.endswith(")") and _CLOCK.match(tail[:-1]) else question
-
-
-def split_clock(system: str) -> tuple[str, str]:
-    """(the system prompt without the lines that tell the time, those lines). Left in, a clock that
-    ticks every second changes the prompt's first tokens, and every request would evaluate the whole
-    prompt again (1,289 tokens, 17 s here, for a home of 16 entities)."""
-    lines = system.split("\n")
-    clock = [line for line in lines if _CLOCK.match(line)]
-    return "\n".join(line for line in lines if not _CLOCK.match(line)), " ".join(clock)
-
-
-class BadHistory(ValueError):
+class BadHistory(ParlourError, ValueError):
     """Messages that cannot be a conversation (a tool result answering no call, say)."""
+
+    code, status = "invalid_history", HTTPStatus.BAD_REQUEST
 
 
 def _lines(message: dict) -> list[str]:
@@ -137,49 +120,3 @@ def remember(store: SessionStore, owner: str, session_id: str, history: list[dic
     store.save_thread(owner, "conversation:" + fingerprint(history), session_id, only=True)
     if device:
         store.save_thread(owner, "device:" + device, session_id)
-
-
-def without_earlier_commands(messages: list[dict], ours: set[str]) -> list[dict]:
-    """The prompt less the earlier exchanges in which the client's functions were called: the
-    question, the calls, the results and the reply that reported them. Shown those, the small models
-    answer the next command as the last one was answered, in words, without calling anything
-    (scripts/eval_home.py, commands in one conversation: Qwen2.5-Coder-1.5B called the right tool
-    for 1 of 20; without the results and reports, 4; with the calls alone, 2). The store keeps all
-    of it; exchanges without a client's call, researched ones included, stay in the prompt. For
-    clients whose functions act (Home Assistant's): a result that informs (the weather) would be
-    lost to the questions after it. Calls to `ours` (Parlour's own search) are not the client's."""
-    last_question = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages))
-    kept: list[dict] = []
-    exchange: list[dict] = []  # the exchange being read, from its question on
-    commanded = False
-    last_command: list[dict] = []  # the latest exchange that left: the next command may say "it"
-    for position, message in enumerate(messages):
-        if message["role"] == "user" or position == last_question:
-            if not commanded:
-                kept += exchange
-            elif exchange:
-                last_command = exchange
-            exchange, commanded = [], False
-        if position >= last_question or message["role"] == "system":
-            kept.append(message)
-            continue
-        exchange.append(message)
-        if message["role"] == "assistant" and message.get("tool_calls"):
-            commanded |= any(c["function"]["name"] not in ours for c in message["tool_calls"])
-    note = _last_command_note(last_command, ours)
-    if note and last_question < len(messages):
-        at = kept.index(messages[last_question])
-        kept[at] = {**kept[at], "content": f"{kept[at].get('content') or ''} ({note})"}
-    return kept
-
-
-def _last_command_note(exchange: list[dict], ours: set[str]) -> str:
-    """The latest command that left the prompt, in a line: what was asked and what was called, so
-    that "and turn it off again" knows what "it" is."""
-    calls = [c["function"] for m in exchange if m["role"] == "assistant" for c in m.get("tool_calls") or []
-             if c["function"]["name"] not in ours]
-    if not exchange or exchange[0]["role"] != "user" or not calls:
-        return ""
-    done = "; ".join(f"{c['name']} {c.get('arguments') or '{}'}" for c in calls)
-    return f'The command before this one was "{without_clock(exchange[0].get("content") or "")}": {done}.'
-

@@ -16,18 +16,22 @@ from http import HTTPStatus
 
 import pydantic
 
+from fitting.errors import ParlourError
 from voice.chat.thread import open_thread, remember
 from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
+from voice.turns.service import Service
 from voice.validation import explain
 
 
-class BadRequest(ValueError):
+class BadRequest(ParlourError, ValueError):
     """A request the API answers with its own error shape: 400 unless `status` says otherwise
     (404 for a model this service does not serve). `param` is the field at fault, if one is."""
 
-    def __init__(self, message: str, param: str | None = None, status: HTTPStatus = HTTPStatus.BAD_REQUEST):
-        super().__init__(message)
-        self.param, self.status = param, status
+    code, status = "invalid_request", HTTPStatus.BAD_REQUEST
+
+    def __init__(self, message: str, param: str | None = None, status: HTTPStatus | None = None):
+        super().__init__(message, status=status)
+        self.param = param
 
 
 def validated(model: type[pydantic.BaseModel] | pydantic.TypeAdapter, body: object, at: str = ""):
@@ -81,7 +85,7 @@ class ChatRequest:
     earlier_calls: bool = True
 
 
-async def answer(service, owner: str, request: ChatRequest) -> AsyncIterator[TurnEvent]:
+async def answer(service: Service, owner: str, request: ChatRequest) -> AsyncIterator[TurnEvent]:
     """The reply's events. Closing the iterator early cancels the reply; what was sent is kept."""
     session_id = await asyncio.to_thread(open_thread, service.store, owner, request.messages,
                                          service.config.instructions, request.device)

@@ -20,8 +20,8 @@ import time
 from datetime import date
 
 from voice.knowledge.base import SearchResult, fts_query, telling_terms
-from voice.speech.sentences import Sentences
 from voice.store.sessions import SessionStore
+from voice.text.sentences import Sentences
 
 # Words that say a question is about the past, not what it is about.
 PAST = frozenset(telling_terms(

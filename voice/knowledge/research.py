@@ -14,9 +14,9 @@ the knowledge base's passages.
 - `off`: no research.
 
 The model reads an `auto` search as its results followed by the question, in the question's own
-message (`compact_calls` marks such a search by dropping its query, which is the question;
-`evidence_first` folds it after fitting): the evidence leads, so it can be evaluated while the
-question is still being spoken.
+message (voice.turns.prompt_layout: `compact_calls` marks such a search by dropping its query,
+which is the question; `evidence_first` folds it after fitting): the evidence leads, so it can be
+evaluated while the question is still being spoken.
 
 A spoken answer is two or three sentences, and every token of evidence is prefill the listener
 waits for: a spoken turn's results are cut to the sentences that bear on the question
@@ -35,11 +35,11 @@ from dataclasses import replace
 
 from fitting.measure import estimate_text
 from models.tool_calls import new_call
-from voice.chat.thread import without_clock
 from voice.knowledge.base import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
 from voice.knowledge.recall import recalled
-from voice.speech.sentences import Sentences
 from voice.store.sessions import SessionStore
+from voice.text.clock import without_clock
+from voice.text.sentences import Sentences
 
 SEARCH_TOOL = {
     "type": "function",
@@ -125,57 +125,6 @@ class Research:
         return self.run([new_call("search", {"query": question})], found_only=not bears,
                         spoken_question=question if spoken else None, session_id=session_id if recall else None,
                         knowledge=bears)
-
-
-def compact_calls(messages: list[dict]) -> list[dict]:
-    """The messages as fitting measures them: a search the `auto` policy ran with the question right
-    before it as its query shows no query (it is that question: 19 tokens for the call instead of
-    31 to 33 for the bench's questions), which marks it for `evidence_first`. Stored exchanges keep
-    their query."""
-    compacted, question = [], None
-    for message in messages:
-        calls = message.get("tool_calls") or []
-        if message["role"] == "user":
-            question = without_clock(message.get("content") or "")
-        elif question is not None and len(calls) == 1 and calls[0]["function"]["name"] == "search" and \
-                _query(calls[0]) == question:
-            call = {**calls[0], "function": {"name": "search", "arguments": "{}"}}
-            message = {**message, "tool_calls": [call]}
-        compacted.append(message)
-    return compacted
-
-
-def evidence_first(messages: list[dict]) -> list[dict]:
-    """A fitted prompt as the model reads it: each `auto` search (a call `compact_calls` left
-    without its query) is read as its results followed by the question, in the question's own
-    message. The evidence thus comes before the question's words, so a prefill while the key is held
-    can evaluate the evidence a draft already found (voice.turns.preemption) before the question ends.
-    Fitting sees the stored order (old research still goes first); this runs on what it kept, and
-    a message reads the same in every prompt, so the prefix stays stable from turn to turn."""
-    read, i = [], 0
-    while i < len(messages):
-        message, following = messages[i], messages[i + 1] if i + 1 < len(messages) else {}
-        calls = following.get("tool_calls") or []
-        if message["role"] == "user" and len(calls) == 1 and calls[0]["function"]["name"] == "search" and \
-                calls[0]["function"]["arguments"] == "{}":
-            end = i + 2
-            while end < len(messages) and messages[end]["role"] == "tool":
-                end += 1
-            results = [m.get("content") or "" for m in messages[i + 2:end]]
-            if results:
-                read.append({**message, "content": "\n\n".join([*results, message.get("content") or ""])})
-                i = end
-                continue
-        read.append(message)
-        i += 1
-    return read
-
-
-def _query(call: dict) -> str | None:
-    try:
-        return json.loads(call["function"]["arguments"]).get("query")
-    except (ValueError, AttributeError):
-        return None
 
 
 # A text turn's passages are followed by their sentences that bear most on the question, this many

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import pydantic
 from openai.types.realtime import realtime_client_event
 
+from fitting.errors import ParlourError
 from models.audio import AudioError
 from voice.speech.audio import decode_audio
 from voice.validation import explain, json_value
@@ -26,13 +28,15 @@ EVENT_TYPES: dict[str, type[pydantic.BaseModel]] = {
 }
 
 
-class BadEvent(ValueError):
-    """A client event that cannot be served; the message goes back in an `error` event."""
+class BadEvent(ParlourError, ValueError):
+    """A client event that cannot be served; the message and `code` go back in an `error` event."""
 
-    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None,
+    code, status = "invalid_request", HTTPStatus.BAD_REQUEST
+
+    def __init__(self, message: str, code: str | None = None, param: str | None = None,
                  event_id: str | None = None):
-        super().__init__(message)
-        self.code, self.param, self.event_id = code, param, event_id
+        super().__init__(message, code=code)
+        self.param, self.event_id = param, event_id
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ def read(raw: str | bytes) -> Received:
     try:
         return Received(event, audio=decode_audio(event.audio))
     except AudioError as error:
-        return Received(event, BadEvent(str(error), "invalid_audio", "audio"))
+        return Received(event, BadEvent(str(error), error.code, "audio"))
 
 
 def parse(raw: str | bytes) -> pydantic.BaseModel:

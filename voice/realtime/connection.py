@@ -20,6 +20,7 @@ import logging
 
 from websockets.exceptions import ConnectionClosed
 
+from fitting.errors import ParlourError
 from voice.realtime import client_events, events
 from voice.realtime.client_events import BadEvent
 from voice.realtime.effects import (
@@ -43,17 +44,25 @@ from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
 from voice.realtime.transcription import Transcription
 from voice.realtime.turn_detection import SpeechDetector, VadSettings
-from voice.turns.engine import TURN_PROBLEMS, ServerBusy, problem_code
+from voice.turns.engine import ServerBusy
 from voice.turns.events import TurnRequest
 from voice.turns.figures import TurnFigures
+from voice.turns.service import Service
 
 log = logging.getLogger("parlour")
 SEND_TIMEOUT = 15  # seconds a client may leave an event unread before it counts as gone
 MAX_UNREAD = 4  # client events read from the socket but not yet handled; then the client waits
 
 
+def response_failure(problem: ParlourError) -> tuple[str, str]:
+    """What a client is told of a problem that ended its response: the message and the code the
+    problem carries."""
+    busy = "the server is busy: " if isinstance(problem, ServerBusy) else ""
+    return f"{busy}{problem}", problem.code
+
+
 class Connection:
-    def __init__(self, websocket, service, session_id: str):
+    def __init__(self, websocket, service: Service, session_id: str):
         self.ws, self.service, self.session_id = websocket, service, session_id
         self.items = Items(service.store, session_id, self.send)
         self.transcription = Transcription(service.stt, service.transcribe, self.items)
@@ -97,7 +106,7 @@ class Connection:
             self.closed = True
             reader.cancel()
             self._stop_response()
-            self.service.engine.preemptions.drop(self.session_id)
+            self.service.engine.forget_guesses(self.session_id)
             await self._settle()
             await asyncio.gather(reader, return_exceptions=True)
 
@@ -186,7 +195,7 @@ class Connection:
                     self.detector = await asyncio.to_thread(SpeechDetector, settings)
                 changes = await asyncio.to_thread(self.detector.feed, chunk)
                 if self.detector.speaking:
-                    self.service.engine.upkeep.hearing()
+                    self.service.engine.hearing()
                 await self.carry_out(self.protocol.speech_detected(changes, self.detector.speaking))
             case _:
                 raise TypeError(f"no way to carry out {effect!r}")
@@ -209,11 +218,10 @@ class Connection:
         """Whisper on the audio so far, unless more events already wait: a client sending audio
         faster than it is spoken (a file, not a held key) would only find whisper busy at commit."""
         draft = None
-        engine = self.service.engine
-        engine.upkeep.hearing()
+        self.service.engine.hearing()
         try:
             if self.inbox.empty():
-                with engine.preemptions.drafting():
+                with self.service.engine.drafting():
                     draft = await self.transcription.draft(effect.audio, effect.earlier)
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
@@ -234,9 +242,8 @@ class Connection:
     async def _run_response(self, stream: ResponseStream) -> None:
         try:
             await stream.run()
-        except tuple(TURN_PROBLEMS) as problem:
-            busy = "the server is busy: " if isinstance(problem, ServerBusy) else ""
-            await stream.fail(f"{busy}{problem}", problem_code(problem))
+        except ParlourError as problem:
+            await stream.fail(*response_failure(problem))
         except Exception as failure:  # a bug or a broken engine: said in-band, the connection goes on
             log.exception("a response failed")
             await stream.fail(f"the response failed: {failure}", "internal_error")

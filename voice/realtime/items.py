@@ -30,7 +30,7 @@ class Items:
         try:
             return await asyncio.to_thread(self.store.add_item, self.session_id, message, item_id, after)
         except ItemConflict as conflict:
-            raise BadEvent(str(conflict), "invalid_value", "previous_item_id" if "previous" in str(conflict)
+            raise BadEvent(str(conflict), conflict.code, "previous_item_id" if "previous" in str(conflict)
                            else "item.id") from None
 
     async def announce(self, stored: StoredMessage, previous: str | None, audio: bool = False) -> None:

@@ -6,21 +6,26 @@ out: client events (`receive`, raw JSON) and the reports of the work it asked fo
 store; everything it knows comes in through those calls.
 
 The response lifecycle is `LIFECYCLE`, one table from (state, what happened) to (action, next
-state). What the table does not list is refused with the error in `REFUSALS`. Conversation input
-that arrives while a commit is transcribed or a response runs (audio commits, created items, a
-new response after a cancel, a truncate of the reply) is deferred and taken in arrival order once
-the protocol is idle again, so the stored conversation follows what the client said: a running
-reply is stored before the question that came during it.
+state). What the table does not list is refused with the error in `REFUSALS`. Each client event
+type's handler is in `CLIENT_EVENTS`, one table too. Conversation input that arrives while a
+commit is transcribed or a response runs (audio commits, created items, a new response after a
+cancel, a truncate of the reply) is deferred and taken in arrival order once the protocol is idle
+again, so the stored conversation follows what the client said: a running reply is stored before
+the question that came during it. A commit is one record, `AudioCommit`, wherever it waits; the
+held key's drafts are another, `Drafts`.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from models.audio import BYTES_PER_MS, AudioError
 from voice.realtime import events, options
-from voice.realtime.client_events import BadEvent, Received, read
+from voice.realtime.client_events import EVENT_TYPES, BadEvent, Received, read
 from voice.realtime.effects import (
     AddItem,
     AskedResponse,
@@ -58,34 +63,68 @@ class State(enum.Enum):
 
 
 IDLE, TRANSCRIBING, RESPONDING, CANCELLING = State
-LIFECYCLE: dict[tuple[State, str], tuple[str, State]] = {
-    (IDLE, "commit"): ("transcribe", TRANSCRIBING),
-    (IDLE, "response.create"): ("respond", RESPONDING),
-    (IDLE, "item.create"): ("add_item", IDLE),
-    (IDLE, "truncate.reply"): ("truncate", IDLE),  # deferred until the reply had stopped
-    (TRANSCRIBING, "commit"): ("defer", TRANSCRIBING),
-    (TRANSCRIBING, "response.create"): ("defer", TRANSCRIBING),
-    (TRANSCRIBING, "item.create"): ("defer", TRANSCRIBING),
-    (TRANSCRIBING, "transcribed"): ("resume", IDLE),
-    (RESPONDING, "commit"): ("defer", RESPONDING),
-    (RESPONDING, "item.create"): ("defer", RESPONDING),
-    (RESPONDING, "truncate.reply"): ("defer", RESPONDING),
-    (RESPONDING, "response.cancel"): ("cancel", CANCELLING),
-    (RESPONDING, "barge_in"): ("cancel", CANCELLING),
-    (RESPONDING, "response.ended"): ("resume", IDLE),
-    (CANCELLING, "commit"): ("defer", CANCELLING),
-    (CANCELLING, "item.create"): ("defer", CANCELLING),
-    (CANCELLING, "truncate.reply"): ("defer", CANCELLING),
-    (CANCELLING, "response.create"): ("defer", CANCELLING),
-    (CANCELLING, "response.cancel"): ("nothing", CANCELLING),
-    (CANCELLING, "barge_in"): ("nothing", CANCELLING),
-    (CANCELLING, "response.ended"): ("resume", IDLE),
-}
-REFUSALS = {
-    "response.create": ("a response is already in progress", "conversation_already_has_active_response"),
-    "response.cancel": ("there is no response in progress to cancel", "response_cancel_not_active"),
-    "delete.reply": ("the reply being generated cannot be deleted: cancel the response first", "invalid_value"),
-}
+
+
+@dataclass(frozen=True)
+class AudioCommit:
+    """The input audio buffer as committed: its audio, the user item it becomes, which generation
+    of the buffer it was and that generation's last draft, and (hands-free) the response to start
+    once it is transcribed."""
+
+    audio: bytes
+    item_id: str
+    generation: int
+    draft: Draft | None
+    respond_after: AskedResponse | None = None
+
+    def transcription(self, newer_draft: Draft | None = None) -> Transcribe:
+        return Transcribe(self.audio, self.item_id, newer_draft or self.draft)
+
+
+@dataclass
+class Drafts:
+    """Push-to-talk, while the key is held: the drafts of the input audio buffer. A commit or a
+    clear starts the buffer's next generation; a draft of an earlier one is not kept."""
+
+    generation: int = 0  # of the input audio buffer
+    latest: Draft | None = None  # the last finished draft of this generation
+    running: int | None = None  # the generation a running draft belongs to
+    running_covers: int = 0  # and how many bytes of the buffer it holds
+    waiting: AudioCommit | None = None  # a commit whose draft is still running
+
+    def next_generation(self) -> None:
+        self.generation += 1
+        self.latest = None
+
+    def start(self, held: bytearray) -> TranscribeDraft | None:
+        """A draft of the audio held so far, if it has grown a step past the last draft and no
+        draft is running."""
+        drafted = self.latest.covered if self.latest else 0
+        if self.running is not None or len(held) > DRAFT_MAX_BYTES or len(held) - drafted < DRAFT_STEP_BYTES:
+            return None
+        self.running, self.running_covers = self.generation, len(held)
+        return TranscribeDraft(bytes(held), self.generation, self.latest)
+
+    def worth_waiting_for(self, commit: AudioCommit) -> bool:
+        """Whether a draft of nearly all of the commit is running: waiting for it may save the whole
+        decode."""
+        return self.running == commit.generation and len(commit.audio) - self.running_covers <= DRAFT_STEP_BYTES
+
+    def finish(self, generation: int) -> AudioCommit | None:
+        """The running draft ended: the commit that waits for it, if any, is waiting no more."""
+        self.running = None
+        waiting = self.waiting
+        if waiting is None or waiting.generation != generation:
+            return None
+        self.waiting = None
+        return waiting
+
+    def keep(self, generation: int, draft: Draft | None) -> bool:
+        """Keep a finished draft as the latest, if it is of the buffer as it is now."""
+        if generation != self.generation or draft is None:
+            return False
+        self.latest = draft
+        return True
 
 
 class RealtimeProtocol:
@@ -106,12 +145,8 @@ class RealtimeProtocol:
         self.response: AskedResponse | None = None  # the running (or cancelling) response
         self.deferred: deque[tuple[str, object]] = deque()
         self.speech_item: str | None = None  # the item the speech being heard will become
-        self.respond_after_transcript: AskedResponse | None = None
-        self.generation = 0  # of the input audio buffer: a commit or a clear starts the next
-        self.draft: Draft | None = None  # of the buffer's current generation
-        self.drafting: int | None = None  # the generation a running draft belongs to
-        self.drafting_covered = 0  # and how much of the buffer it holds
-        self.waiting_for_draft: tuple | None = None  # a commit whose draft is still running
+        self.transcribing: AudioCommit | None = None  # the commit being transcribed
+        self.drafts = Drafts()
 
     # What happens ----------------------------------------------------------------------------------
     def opened(self) -> list[Effect]:
@@ -127,15 +162,15 @@ class RealtimeProtocol:
                 raise received.problem
             if received.audio is not None:
                 return self._append_audio(received.audio)
-            return getattr(self, "_on_" + event.type.replace(".", "_"))(event)
+            return CLIENT_EVENTS[event.type](self, event)
         except BadEvent as bad:
             return [Send(events.error(str(bad), bad.code, event_id=bad.event_id or getattr(event, "event_id", None),
                                       param=bad.param))]
 
     def transcribed(self, ok: bool) -> list[Effect]:
         """The commit was transcribed and stored (`ok`), or failed (its error already sent)."""
-        follow = self.respond_after_transcript
-        self.respond_after_transcript = None
+        follow = self.transcribing.respond_after if self.transcribing else None
+        self.transcribing = None
         if ok and follow is not None:  # hands-free: the answer comes before anything deferred
             self.deferred.appendleft(("response.create", follow))
         return self._happen("transcribed")
@@ -144,13 +179,10 @@ class RealtimeProtocol:
         """A draft finished (None: it heard nothing, failed or was skipped). A commit waiting for
         it is transcribed now. Each draft of the held key's audio is researched and its evidence
         prefilled ahead; a settled one is guessed to be the whole question (`Preempt`)."""
-        self.drafting = None
-        if self.waiting_for_draft is not None and self.waiting_for_draft[3] == generation:
-            audio, item_id, older, _generation = self.waiting_for_draft
-            self.waiting_for_draft = None
-            return [Transcribe(audio, item_id, draft or older)]
-        if generation == self.generation and draft is not None:
-            self.draft = draft
+        waiting = self.drafts.finish(generation)
+        if waiting is not None:
+            return [waiting.transcription(draft)]
+        if self.drafts.keep(generation, draft):
             return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice, draft.settled)]
         return []
 
@@ -172,7 +204,7 @@ class RealtimeProtocol:
                 effects.append(Send(events.event("input_audio_buffer.speech_stopped", audio_end_ms=at_ms,
                                                   item_id=self.speech_item)))
                 follow = self._new_response(None) if self.vad.create_response else None
-                effects += self._happen("commit", (*self._take_audio(), self.speech_item, follow))
+                effects += self._happen("commit", self._commit(self.speech_item, follow))
         if not speaking:  # keep only the padding that goes before speech
             self.audio.keep_last(self.vad.prefix_padding_ms)
         return effects
@@ -184,7 +216,7 @@ class RealtimeProtocol:
             message, code = REFUSALS[happening]
             raise BadEvent(message, code)
         action, self.state = row
-        return getattr(self, "_" + action)(happening, payload)
+        return action(self, happening, payload)
 
     def _defer(self, happening: str, payload: object) -> list[Effect]:
         self.deferred.append((happening, payload))
@@ -205,14 +237,12 @@ class RealtimeProtocol:
                 effects.append(Send(events.error(str(bad), bad.code)))
         return effects
 
-    def _transcribe(self, happening: str, payload: tuple) -> list[Effect]:
-        audio, generation, draft, item_id, follow = payload
-        self.respond_after_transcript = follow
-        if self.drafting == generation and len(audio) - self.drafting_covered <= DRAFT_STEP_BYTES:
-            # A draft of nearly all of it is running: waiting for it may save the whole decode.
-            self.waiting_for_draft = (audio, item_id, draft, generation)
+    def _transcribe(self, happening: str, commit: AudioCommit) -> list[Effect]:
+        self.transcribing = commit
+        if self.drafts.worth_waiting_for(commit):
+            self.drafts.waiting = commit
             return []
-        return [Transcribe(audio, item_id, draft)]
+        return [commit.transcription()]
 
     def _respond(self, happening: str, response: AskedResponse) -> list[Effect]:
         self.response = response
@@ -248,7 +278,7 @@ class RealtimeProtocol:
         if detection_given:
             self.vad = vad
             self.audio.clear()
-            self._next_generation()
+            self.drafts.next_generation()
         effects: list[Effect] = []
         if update.instructions is not None:
             self.instructions = update.instructions
@@ -269,35 +299,27 @@ class RealtimeProtocol:
             raise BadEvent(str(error), "invalid_audio", "audio") from None
         if self.vad is not None:
             return [DetectSpeech(chunk, self.vad)]
-        held = len(self.audio.data)
-        if self.drafting is None and held <= DRAFT_MAX_BYTES and held - (
-                self.draft.covered if self.draft else 0) >= DRAFT_STEP_BYTES:
-            self.drafting, self.drafting_covered = self.generation, held
-            return [TranscribeDraft(bytes(self.audio.data), self.generation, self.draft)]
-        return []
+        draft = self.drafts.start(self.audio.data)
+        return [draft] if draft is not None else []
 
     def _on_input_audio_buffer_commit(self, event) -> list[Effect]:
         if len(self.audio.data) < MIN_COMMIT_BYTES:
             held = len(self.audio.take()) // BYTES_PER_MS
-            self._next_generation()
+            self.drafts.next_generation()
             raise BadEvent(f"the input audio buffer holds {held} ms of audio; commit at least 100 ms",
                            "input_audio_buffer_commit_empty")
-        return self._happen("commit", (*self._take_audio(), new_id("item"), None))
+        return self._happen("commit", self._commit(new_id("item"), None))
 
     def _on_input_audio_buffer_clear(self, event) -> list[Effect]:
         self.audio.clear()
-        self._next_generation()
+        self.drafts.next_generation()
         return [Send(events.event("input_audio_buffer.cleared"))]
 
-    def _take_audio(self) -> tuple[bytes, int, Draft | None]:
-        """The buffer's audio, its generation and its draft; the buffer starts again, empty."""
-        taken = (self.audio.take(), self.generation, self.draft)
-        self._next_generation()
-        return taken
-
-    def _next_generation(self) -> None:
-        self.generation += 1
-        self.draft = None
+    def _commit(self, item_id: str, respond_after: AskedResponse | None) -> AudioCommit:
+        """The buffer's audio as committed; the buffer starts again, empty, as the next generation."""
+        commit = AudioCommit(self.audio.take(), item_id, self.drafts.generation, self.drafts.latest, respond_after)
+        self.drafts.next_generation()
+        return commit
 
     def _on_output_audio_buffer_clear(self, event) -> list[Effect]:
         raise BadEvent("output_audio_buffer.clear is for WebRTC connections; over a websocket the client holds "
@@ -351,3 +373,53 @@ class RealtimeProtocol:
         session["tools"] = [{"type": "function", **tool["function"]} for tool in self.tools]
         session["tool_choice"] = self.tool_choice
         return session
+
+
+# The dispatch tables ------------------------------------------------------------------------------
+Action = Callable[[RealtimeProtocol, str, Any], list[Effect]]  # what the lifecycle does; it gets the payload
+LIFECYCLE: dict[tuple[State, str], tuple[Action, State]] = {
+    (IDLE, "commit"): (RealtimeProtocol._transcribe, TRANSCRIBING),
+    (IDLE, "response.create"): (RealtimeProtocol._respond, RESPONDING),
+    (IDLE, "item.create"): (RealtimeProtocol._add_item, IDLE),
+    (IDLE, "truncate.reply"): (RealtimeProtocol._truncate, IDLE),  # deferred until the reply had stopped
+    (TRANSCRIBING, "commit"): (RealtimeProtocol._defer, TRANSCRIBING),
+    (TRANSCRIBING, "response.create"): (RealtimeProtocol._defer, TRANSCRIBING),
+    (TRANSCRIBING, "item.create"): (RealtimeProtocol._defer, TRANSCRIBING),
+    (TRANSCRIBING, "transcribed"): (RealtimeProtocol._resume, IDLE),
+    (RESPONDING, "commit"): (RealtimeProtocol._defer, RESPONDING),
+    (RESPONDING, "item.create"): (RealtimeProtocol._defer, RESPONDING),
+    (RESPONDING, "truncate.reply"): (RealtimeProtocol._defer, RESPONDING),
+    (RESPONDING, "response.cancel"): (RealtimeProtocol._cancel, CANCELLING),
+    (RESPONDING, "barge_in"): (RealtimeProtocol._cancel, CANCELLING),
+    (RESPONDING, "response.ended"): (RealtimeProtocol._resume, IDLE),
+    (CANCELLING, "commit"): (RealtimeProtocol._defer, CANCELLING),
+    (CANCELLING, "item.create"): (RealtimeProtocol._defer, CANCELLING),
+    (CANCELLING, "truncate.reply"): (RealtimeProtocol._defer, CANCELLING),
+    (CANCELLING, "response.create"): (RealtimeProtocol._defer, CANCELLING),
+    (CANCELLING, "response.cancel"): (RealtimeProtocol._nothing, CANCELLING),
+    (CANCELLING, "barge_in"): (RealtimeProtocol._nothing, CANCELLING),
+    (CANCELLING, "response.ended"): (RealtimeProtocol._resume, IDLE),
+}
+REFUSALS = {
+    "response.create": ("a response is already in progress", "conversation_already_has_active_response"),
+    "response.cancel": ("there is no response in progress to cancel", "response_cancel_not_active"),
+    "delete.reply": ("the reply being generated cannot be deleted: cancel the response first", "invalid_value"),
+}
+
+# Each client event type's handler. An append is not here: its audio arrives decoded, in
+# `Received.audio`, and goes to `_append_audio`.
+CLIENT_EVENTS: dict[str, Callable[[RealtimeProtocol, Any], list[Effect]]] = {
+    "session.update": RealtimeProtocol._on_session_update,
+    "input_audio_buffer.commit": RealtimeProtocol._on_input_audio_buffer_commit,
+    "input_audio_buffer.clear": RealtimeProtocol._on_input_audio_buffer_clear,
+    "output_audio_buffer.clear": RealtimeProtocol._on_output_audio_buffer_clear,
+    "conversation.item.create": RealtimeProtocol._on_conversation_item_create,
+    "conversation.item.retrieve": RealtimeProtocol._on_conversation_item_retrieve,
+    "conversation.item.delete": RealtimeProtocol._on_conversation_item_delete,
+    "conversation.item.truncate": RealtimeProtocol._on_conversation_item_truncate,
+    "response.create": RealtimeProtocol._on_response_create,
+    "response.cancel": RealtimeProtocol._on_response_cancel,
+}
+# Every event type `client_events` reads has a handler, or the service does not start.
+if unhandled := set(EVENT_TYPES) - set(CLIENT_EVENTS) - {"input_audio_buffer.append"}:
+    raise RuntimeError(f"client events without a handler: {sorted(unhandled)}")

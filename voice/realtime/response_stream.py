@@ -1,11 +1,11 @@
-"""One response as it streams to the client: its output items, the events that carry them, its reply row.
+"""One response as it streams to the client: its output items and the events that carry them.
 
 `ResponseStream` runs the turn engine for one `AskedResponse` and turns the turn's events into
 Realtime events: research as conversation items, the reply's message item opened at its first
 words (text deltas, or audio transcript deltas while `voice.speech.speaker` speaks each sentence),
-the client's function calls as `function_call` output items. It owns the reply's row: a text reply
-is stored sentence by sentence as it is sent, a spoken one as each sentence's audio is sent, and
-a reply that fails or is stopped keeps what was delivered. It always ends with `response.done`:
+the client's function calls as `function_call` output items. A spoken reply's `Speaker` goes to
+the engine with the request: the engine stores each sentence once its audio is sent
+(voice.turns.delivery). It always ends with `response.done`:
 `completed`, `cancelled`, `incomplete` at the output limit, or `failed` (`fail`).
 
 Every item a response adds to the conversation is announced there too, as the GA API does:
@@ -24,7 +24,6 @@ from voice.realtime.effects import AskedResponse
 from voice.realtime.items import Items, Send
 from voice.speech.audio import audio_delta
 from voice.speech.speaker import Speaker
-from voice.store.reply_row import ReplyRow
 from voice.turns.engine import TurnEngine
 from voice.turns.events import Calls, Delta, Researched, TurnRequest
 from voice.turns.figures import TurnFigures
@@ -36,7 +35,6 @@ class ResponseStream:
         """`figures` is the turn's record if its clock started before (at a commit)."""
         self.asked, self.engine, self.items, self.tts, self.send = asked, engine, items, tts, send
         self.figures = figures or TurnFigures()
-        self.row = ReplyRow(items.store, items.session_id, asked.item_id)
         self.output: list[dict] = []  # finished output items
         self.message_index: int | None = None  # the message item's output_index, once it is opened
         self.previous_item_id: str | None = None  # what the next item the response adds follows
@@ -52,50 +50,24 @@ class ResponseStream:
     async def run(self) -> None:
         """Stream the turn; errors propagate (the caller says them with `fail`)."""
         asked, figures = self.asked, self.figures
-        speaker = Speaker(self.tts, asked.speed, asked.cancel, self._send_audio, self.row, figures) \
-            if asked.audio else None
+        speaker = Speaker(self.tts, asked.speed, asked.cancel, self._send_audio, figures) if asked.audio else None
         request = TurnRequest(self.items.session_id, asked.cancel, asked.instructions, asked.max_tokens,
-                              asked.tools, asked.tool_choice, spoken=asked.audio, row=self.row, figures=figures)
+                              asked.tools, asked.tool_choice, spoken=asked.audio, voice=speaker,
+                              item_id=asked.item_id, figures=figures)
         text = ""
-        try:
-            async with aclosing(self.engine.respond(request)) as turn:
-                async for event in turn:
-                    match event:
-                        case Researched(stored):
-                            await self._announce_research(stored)
-                        case Calls(stored=stored):
-                            await self._announce_calls(stored)
-                        case Delta(piece):
-                            if self.message_index is None:
-                                await self._open_message()
-                            text += piece
-                            await self._send_text(piece)
-                            if speaker:
-                                speaker.feed(piece)
-                            else:
-                                await self.row.feed(piece)
-        except BaseException:
-            await self._keep_delivered(speaker, text)
-            raise
-        if speaker:
-            await speaker.finish()
-        figures.end("interrupted" if asked.cancel.is_set() else figures.status or "complete")
-        # A spoken reply keeps its sentences' audio offsets, for conversation.item.truncate. A reply
-        # that only called the client's functions has no words to store.
-        if text or not figures.tool_calls:
-            timeline = {"timeline": speaker.timeline} if speaker else {}
-            await self.row.finish(text, figures.status, {**figures.as_json(), **timeline})
+        async with aclosing(self.engine.respond(request)) as turn:
+            async for event in turn:
+                match event:
+                    case Researched(stored):
+                        await self._announce_research(stored)
+                    case Calls(stored=stored):
+                        await self._announce_calls(stored)
+                    case Delta(piece):
+                        if self.message_index is None:
+                            await self._open_message()
+                        text += piece
+                        await self._send_text(piece)
         await self._finish(text)
-
-    async def _keep_delivered(self, speaker: Speaker | None, text: str) -> None:
-        """The turn failed or was stopped from outside: what was spoken (whole sentences), or the
-        text that was sent, is stored as interrupted."""
-        if speaker:
-            await speaker.finish(whole=False)
-            await self.row.abandon({"timeline": speaker.timeline})
-        elif text and not self.row.finished:
-            self.figures.end("interrupted")
-            await self.row.finish(text, "interrupted", self.figures.as_json())
 
     async def fail(self, message: str, code: str) -> None:
         """`error`, then `response.done` with status `failed` and the error in its details."""

@@ -20,8 +20,8 @@ from voice.realtime import events
 from voice.realtime.client_events import BadEvent
 from voice.realtime.effects import Draft
 from voice.realtime.items import Items
+from voice.text.same_words import same_words
 from voice.turns.figures import TurnFigures, ms
-from voice.turns.preemption import same_words
 
 DRAFT_END_CHECK = 300  # ms of a draft's end that must be silent, so it did not stop mid-word
 

@@ -5,10 +5,9 @@ the reply's first text is sent, and each sentence delivered after that rewrites 
 transaction; `finish` gives it its final text, status and figures. A process killed in between
 leaves the row `in_progress`, and the store marks such rows `interrupted` when it next opens.
 
-What counts as delivered is the caller's: a Realtime response (voice.realtime.response_stream)
-feeds its text reply as each piece is sent, and its speaker a spoken one as each sentence's audio
-goes out, with the audio timeline; for the other front ends the turn engine feeds the reply as it
-yields it.
+What counts as delivered is the turn engine's to say (voice.turns.delivery), the row's one owner:
+a text reply as each piece is sent, a spoken one as each sentence's audio goes out, with the
+audio timeline.
 Every write runs in a worker thread, never on the event loop.
 """
 
@@ -16,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 
-from voice.speech.sentences import Sentences
 from voice.store.sessions import SessionStore, StoredMessage
+from voice.text.sentences import Sentences
 
 IN_PROGRESS = "in_progress"
 

@@ -20,18 +20,32 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 from fitting import Summary
+from fitting.errors import ParlourError
 from voice.store.schema import SAID, SCHEMA
 
 
-class ItemConflict(ValueError):
+class ItemConflict(ParlourError, ValueError):
     """A client's item id that is taken, or a previous_item_id that is not in the session."""
 
+    code, status = "invalid_value", HTTPStatus.CONFLICT
 
-class UnknownSession(KeyError):
-    """No session with that id, or not one the caller's key may see."""
+
+class UnknownSession(ParlourError, KeyError):
+    """No session with that id, or not one the caller's key may see: the only "not found" of a
+    session (a bug's KeyError is not one)."""
+
+    code, status = "session_not_found", HTTPStatus.NOT_FOUND
+
+    def __init__(self, session_id: str):
+        super().__init__(session_id)
+        self.session_id = session_id
+
+    def __str__(self) -> str:  # KeyError's own would quote the id
+        return f"no such session: {self.session_id}"
 
 
 def owner_of(api_key: str | None) -> str:

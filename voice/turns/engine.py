@@ -7,10 +7,10 @@ turn that would wait behind `max_queue` others is refused with `ServerBusy`. A t
 2. fits the session's transcript (`voice.turns.prompt`): a turn that must remove exchanges no
    summary holds yet summarizes them first (`summarized_ms`); only if that fails are they dropped,
    and the turn's `dropped` figure counts the messages lost;
-3. streams the reply (`Delta`), stored sentence by sentence as it goes (`in_progress`); a cancelled
-   reply is stored as `interrupted` with the text delivered. Under the `model` policy a reply that
-   calls `search` runs it and answers again; a reply that calls the client's functions ends the
-   turn with them (`Calls`);
+3. streams the reply (`Delta`), stored sentence by sentence as it is delivered (`in_progress`,
+   `voice.turns.delivery`); a cancelled reply is stored as `interrupted` with the text delivered.
+   Under the `model` policy a reply that calls `search` runs it and answers again; a reply that
+   calls the client's functions ends the turn with them (`Calls`);
 4. ends with `Done`, and leaves the model to `voice.turns.upkeep`: summaries made ahead and warm-ups.
 """
 
@@ -19,42 +19,32 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
+from http import HTTPStatus
 
-from fitting import FitError, FitResult
+from fitting import FitResult
+from fitting.errors import ParlourError
 from models.model import Model
-from models.remote_llm import ModelServerError
-from models.reply import ContextOverflow
 from models.tool_calls import CallScanner
 from models.tool_schema import fit_call, made_up
-from voice.chat.thread import without_earlier_commands
 from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
 from voice.store.reply_row import ReplyRow
 from voice.store.sessions import SessionStore, new_id
+from voice.turns.delivery import Delivery
 from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
 from voice.turns.figures import TurnFigures, ms
 from voice.turns.model_queue import ModelQueue, in_worker
 from voice.turns.preemption import Preemptions
 from voice.turns.prompt import TurnPrompt
+from voice.turns.prompt_layout import without_earlier_commands
 from voice.turns.tools import Offer, offer
 from voice.turns.upkeep import Upkeep
 
 
-class ServerBusy(Exception):
+class ServerBusy(ParlourError):
     """Too many turns are already waiting for the model."""
 
-
-# What may end a turn that its client should hear about, each with its code (a Realtime `error`
-# code; the chat APIs map the codes to HTTP statuses, Wyoming says the message in `not-handled`).
-TURN_PROBLEMS: dict[type[Exception], str] = {
-    ServerBusy: "server_busy",
-    FitError: "cannot_respond",  # the prompt cannot fit the context
-    ContextOverflow: "cannot_respond",  # the model refused a prompt over its context
-    ModelServerError: "model_server_error",
-}
-
-
-def problem_code(problem: Exception) -> str:
-    return next(code for kind, code in TURN_PROBLEMS.items() if isinstance(problem, kind))
+    code, status = "server_busy", HTTPStatus.SERVICE_UNAVAILABLE
 
 
 class TurnEngine:
@@ -100,6 +90,23 @@ class TurnEngine:
         self.preemptions.start(request.session_id, question, request.spoken, settled, request.instructions,
                                self._offer(request.offered_tools()))
 
+    def forget_guesses(self, session_id: str) -> None:
+        """The session's client has gone: its drafts' guesses are dropped."""
+        self.preemptions.drop(session_id)
+
+    def hearing(self) -> None:
+        """Someone is speaking: background work on the model gives way to whisper (voice.turns.upkeep)."""
+        self.upkeep.hearing()
+
+    def drafting(self) -> AbstractContextManager[None]:
+        """While whisper drafts, guesses being prefilled pause (voice.turns.preemption)."""
+        return self.preemptions.drafting()
+
+    @property
+    def context(self) -> int:
+        """The tokens a turn's prompt and reply fit into."""
+        return self.prompt.budget + self.prompt.reply_tokens
+
     async def idle(self) -> None:
         """Wait for background work to end: guesses being prefilled, then upkeep (tests and shutdown)."""
         await self.preemptions.idle()
@@ -113,65 +120,59 @@ class TurnEngine:
         """The turn's events, as `voice.turns.events` describes them; `Done` comes last."""
         figures = request.figures
         figures.session_id = request.session_id
-        transcript, queue_s = await self._acquire(request.session_id)
-        # Research looks up a new question; function results are already the evidence.
-        question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
-        figures.queue_ms = ms(queue_s)
-        delivered: list[str] = []
-        engine_stores = request.row is None
-        row = request.row or ReplyRow(self.store, request.session_id, request.item_id or new_id("item"))
-        stored_reply = None
+        row = ReplyRow(self.store, request.session_id, request.item_id or new_id("item"))
+        delivery = Delivery(row, request.voice)
         try:
-            research_started = time.perf_counter()
-            # A client that brings its own tools (Home Assistant's) brings its own context: what the
-            # user said in other conversations misled its device commands, so only the knowledge
-            # base, where it bears on the question, is searched (a draft's research recalled too).
-            recall = not request.offered_tools()
-            exchange = None  # not researched yet
-            if not question:
-                exchange = []  # function results are the evidence
-            elif recall:  # the research of a draft that heard this question, if one did
-                exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures)
-            if exchange is None:
-                exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
-                                                   request.session_id, recall)
-            if exchange:
-                yield Researched(await row.insert_before(exchange))
-                figures.research_tokens = await asyncio.to_thread(
-                    lambda: sum(self.llm.count_message(m) for m in exchange))
-            figures.research_ms = ms(time.perf_counter() - research_started)
-
-            async for event in self._generate(request, row, question, researched=bool(exchange)):
-                if isinstance(event, Calls):
-                    message = {"role": "assistant", "content": None, "tool_calls": event.calls}
-                    event.stored = [await asyncio.to_thread(self.store.append, request.session_id, message)]
-                    figures.tool_calls = len(event.calls)
-                elif isinstance(event, Delta):
-                    if not delivered:
+            transcript, queue_s = await self._acquire(request.session_id)
+            # Research looks up a new question; function results are already the evidence.
+            question = transcript[-1].get("content") or "" if transcript[-1]["role"] == "user" else ""
+            figures.queue_ms = ms(queue_s)
+            try:
+                async for event in self._turn(request, row, question):
+                    if isinstance(event, Delta) and not row.opened:
                         figures.ttft_ms = figures.since_start()
-                        await row.open()
-                    delivered.append(event.text)
-                yield event
-                if isinstance(event, Delta) and engine_stores:
-                    await row.feed(event.text)  # after the yield: the text has been sent
-            interrupted = request.cancel.is_set() or figures.finish_reason == "cancelled"
-            figures.status = "interrupted" if interrupted else "complete"
-            if engine_stores:
-                figures.end(figures.status)
-                if delivered or not figures.tool_calls:  # a reply that only calls stores no text
-                    stored_reply = await row.finish("".join(delivered), figures.status, figures.as_json())
+                        await delivery.open()
+                    yield event
+                    if isinstance(event, Delta):
+                        await delivery.sent(event.text)  # after the yield: the text has been sent
+            finally:
+                self.queue.release()
+            self.recent = (self.recent + [figures])[-20:]
+            if self.llm.approximate:  # a shift's cache, read by this reply: make it exact for the next
+                self.upkeep.warm(request.session_id, exact=True)
+            stored_reply = await delivery.finish(figures, request.cancel)
         except BaseException:
-            if engine_stores and stored_reply is None and delivered:  # failed or stopped: keep what was sent
-                figures.end("interrupted")
-                await row.finish("".join(delivered), "interrupted", figures.as_json())
+            await delivery.keep_delivered(figures)
             raise
-        finally:
-            self.queue.release()
-        self.recent = (self.recent + [figures])[-20:]  # the record itself: a speaker adds its figures after
-        if self.llm.approximate:  # a shift's cache, read by this reply: make it exact for the next
-            self.upkeep.warm(request.session_id, exact=True)
         yield Done(figures, [stored_reply] if stored_reply else [])
         self.upkeep.summarize_ahead(request.session_id)
+
+    async def _turn(self, request: TurnRequest, row: ReplyRow, question: str) -> AsyncIterator[TurnEvent]:
+        """Research, then the reply: `Researched`, `Delta`s, `Calls` (stored here)."""
+        figures, research_started = request.figures, time.perf_counter()
+        # A client that brings its own tools (Home Assistant's) brings its own context: what the
+        # user said in other conversations misled its device commands, so only the knowledge
+        # base, where it bears on the question, is searched (a draft's research recalled too).
+        recall = not request.offered_tools()
+        exchange = None  # not researched yet
+        if not question:
+            exchange = []  # function results are the evidence
+        elif recall:  # the research of a draft that heard this question, if one did
+            exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures)
+        if exchange is None:
+            exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
+                                               request.session_id, recall)
+        if exchange:
+            yield Researched(await row.insert_before(exchange))
+            figures.research_tokens = await asyncio.to_thread(
+                lambda: sum(self.llm.count_message(m) for m in exchange))
+        figures.research_ms = ms(time.perf_counter() - research_started)
+        async for event in self._generate(request, row, question, researched=bool(exchange)):
+            if isinstance(event, Calls):
+                message = {"role": "assistant", "content": None, "tool_calls": event.calls}
+                event.stored = [await asyncio.to_thread(self.store.append, request.session_id, message)]
+                figures.tool_calls = len(event.calls)
+            yield event
 
     async def _fit(self, request: TurnRequest, offered: Offer) -> FitResult:
         figures, started = request.figures, time.perf_counter()

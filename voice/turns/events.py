@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from voice.store.reply_row import ReplyRow
 from voice.store.sessions import StoredMessage
+from voice.turns.delivery import Voice
 from voice.turns.figures import TurnFigures
 
 
@@ -25,14 +25,12 @@ class TurnRequest:
     turn's research is cut to the sentences that bear on the question (voice.knowledge.research),
     and its oversized evidence is cut rather than condensed. `temperature` is the client's, else
     the service's. Without `earlier_calls`, earlier exchanges that called the client's functions
-    leave the prompt (voice.chat.thread.without_earlier_commands). A client's `context` smaller
-    than the service's (Ollama's `num_ctx`) is what the prompt and the reply are fitted into.
+    leave the prompt (voice.turns.prompt_layout.without_earlier_commands). A client's `context`
+    smaller than the service's (Ollama's `num_ctx`) is what the prompt and the reply are fitted into.
 
     `cancel` may be set from anywhere: the reply stops and is stored as interrupted with the text
-    delivered so far. The engine stores the reply sentence by sentence as it yields it, unless the
-    request brings its own `row` (voice.store.reply_row): a front end that decides when text has
-    been delivered (a spoken reply, once a sentence's audio is sent) feeds and finishes that row
-    itself, and ends `figures` too (`TurnFigures.end`).
+    delivered so far. The engine stores the reply (voice.turns.delivery) as `item_id`: sentence by
+    sentence as it yields it, or, with a `voice` that speaks it, as each sentence's audio is sent.
 
     `figures` is the turn's record; a caller whose clock started earlier (a spoken turn, at its
     commit) passes its own, and `ttft_ms` is timed from its start.
@@ -48,8 +46,8 @@ class TurnRequest:
     temperature: float | None = None
     earlier_calls: bool = True
     context: int | None = None
-    row: ReplyRow | None = None
-    item_id: str | None = None  # the reply's item id when the engine makes its row
+    voice: Voice | None = None
+    item_id: str | None = None  # the reply's item id; a new one if None
     figures: TurnFigures = field(default_factory=TurnFigures)
 
     def offered_tools(self) -> list[dict]:

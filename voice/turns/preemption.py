@@ -3,7 +3,7 @@ the prompt its turn will have is evaluated into the model's cache, before releas
 
 While a push-to-talk key is held, whisper drafts the audio so far every half second
 (voice.realtime.transcription). The model reads a question's evidence before its words
-(voice.knowledge.research.evidence_first), and the evidence a question finds is mostly settled
+(voice.turns.prompt_layout.evidence_first), and the evidence a question finds is mostly settled
 before its last words (the document it names, its opening): `Preemptions.start` researches each
 draft and evaluates [history, evidence] in the background, fitted as the turn will fit it. A draft
 whose last moments are silent is probably the whole question (`settled`): the question is evaluated
@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from models.model import Model
-from voice.knowledge.research import Research, compact_calls, evidence_first
+from voice.knowledge.research import Research
+from voice.text.same_words import same_words
 from voice.turns.figures import TurnFigures
 from voice.turns.model_queue import ModelQueue
 from voice.turns.prompt import TurnPrompt
+from voice.turns.prompt_layout import compact_calls, evidence_first
 from voice.turns.tools import Offer
 
 log = logging.getLogger("parlour")
@@ -42,12 +43,6 @@ DRAFT_WAIT_S = 0.02  # how often a paused prefill looks again whether whisper is
 # A guess evaluates this many tokens between looks at whisper: a draft waits at most one batch
 # (about 0.5 s at a depth of 6,000 tokens on a 2-core Zen 4).
 GUESS_BATCH = 32
-
-
-def same_words(a: str, b: str) -> bool:
-    """Whether two transcripts say the same words, whatever their case and punctuation."""
-    words = lambda text: re.sub(r"[^\w\s']", " ", text.lower()).split()  # noqa: E731
-    return words(a) == words(b)
 
 
 def as_read(question: str, exchange: list[dict]) -> dict:

@@ -15,8 +15,8 @@ import time
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize, summary_room, words_within
 from models.model import Model
-from voice.knowledge.research import compact_calls, evidence_first
 from voice.store.sessions import SessionStore
+from voice.turns.prompt_layout import compact_calls, evidence_first
 from voice.turns.tools import Offer
 
 SECTION_NOTE_TOKENS = 160  # a section worker's notes on one section of an oversized input
@@ -93,7 +93,7 @@ class TurnPrompt:
     def fit(self, transcript: list[dict], removed: list[int], summary: Summary | None, offer: Offer,
             budget: int, condense_with=None) -> FitResult:
         """Fit a transcript as a turn does: `auto` searches without their query (the question before
-        them, voice.knowledge.research.compact_calls), tools described in the system prompt or
+        them, voice.turns.prompt_layout.compact_calls), tools described in the system prompt or
         declared (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
         transcript = compact_calls(transcript)
         if offer.instructions:

@@ -17,8 +17,9 @@ from wyoming.asr import Transcript
 from wyoming.event import Event
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 
-from voice.turns.engine import TURN_PROBLEMS
+from fitting.errors import ParlourError
 from voice.turns.events import Delta, TurnRequest
+from voice.turns.service import Service
 
 
 def session_for(conversation_id: str) -> str:
@@ -26,7 +27,7 @@ def session_for(conversation_id: str) -> str:
     return "wyoming_" + hashlib.sha256(conversation_id.encode()).hexdigest()[:24]
 
 
-async def answer(service, transcript: Transcript, write_event: Callable[[Event], Awaitable[None]]) -> None:
+async def answer(service: Service, transcript: Transcript, write_event: Callable[[Event], Awaitable[None]]) -> None:
     """Answer one question, as the module docstring says."""
     store, context = service.store, transcript.context or {}
     conversation = str(context.get("conversation_id") or "")
@@ -44,7 +45,7 @@ async def answer(service, transcript: Transcript, write_event: Callable[[Event],
             if isinstance(event, Delta):
                 said.append(event.text)
                 await write_event(HandledChunk(text=event.text).event())
-    except tuple(TURN_PROBLEMS) as problem:  # the reply could not begin
+    except ParlourError as problem:  # the reply could not begin
         await write_event(HandledStop().event())
         await write_event(NotHandled(text=str(problem), context=context).event())
         return

@@ -14,6 +14,7 @@ an object, so Parlour reads the framing itself:
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 
 import pydantic
 from wyoming.asr import Transcribe, Transcript
@@ -22,6 +23,7 @@ from wyoming.event import Event, Eventable
 from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from fitting.errors import ParlourError
 from voice.validation import explain, json_value
 
 # The events Parlour's three programs (asr, tts, handle) and `describe` are served.
@@ -38,16 +40,18 @@ WIDTHS = (1, 2, 3, 4)  # bytes a sample, as the package's converter reads them
 CHANNELS = (1, 2)  # its converter makes mono of stereo, of nothing wider
 
 
-class BadEvent(ValueError):
+class BadEvent(ParlourError, ValueError):
     """An event that cannot be served; `code` and the message go back in an `error` event."""
 
-    def __init__(self, message: str, code: str = "bad_request"):
-        super().__init__(message)
-        self.code = code
+    code, status = "bad_request", HTTPStatus.BAD_REQUEST
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message, code=code)
 
 
 class LostFraming(ValueError):
-    """A header whose lengths cannot be read: the stream cannot be followed past it."""
+    """A header whose lengths cannot be read: the stream cannot be followed past it. Not a
+    ParlourError: the client is told nothing, the connection closes."""
 
 
 async def read_event(reader: asyncio.StreamReader) -> Event | None:

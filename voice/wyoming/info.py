@@ -7,6 +7,8 @@ from importlib.metadata import version
 
 from wyoming.info import AsrModel, AsrProgram, Attribution, HandleModel, HandleProgram, Info, TtsProgram, TtsVoice
 
+from voice.turns.service import Service
+
 
 @functools.cache
 def _version(package: str) -> str:
@@ -14,7 +16,7 @@ def _version(package: str) -> str:
     return version(package)
 
 
-def describe(service) -> Info:
+def describe(service: Service) -> Info:
     """Honest names of the three programs and the models behind them."""
     ours = _version("parlour")
     parlour = Attribution(name="Parlour", url=f"http://{service.config.host}:{service.port}/")  # its own page

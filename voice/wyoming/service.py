@@ -32,7 +32,9 @@ from wyoming.info import Describe
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
-from voice.speech.sentences import Sentences
+from fitting.errors import ParlourError
+from voice.text.sentences import Sentences
+from voice.turns.service import Service
 from voice.wyoming import assistant
 from voice.wyoming.events import BadEvent, LostFraming, parse, read_event
 from voice.wyoming.info import describe
@@ -44,7 +46,7 @@ CHUNK_SAMPLES = 1024  # per audio-chunk sent, as wyoming-piper does
 class WyomingHandler(AsyncEventHandler):
     """One Wyoming client connection; each event is answered as the module docstring says."""
 
-    def __init__(self, service, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, service: Service, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         super().__init__(reader, writer)
         self.service = service
         self.audio: bytearray | None = None  # 16-bit mono PCM of the question being spoken
@@ -77,8 +79,8 @@ class WyomingHandler(AsyncEventHandler):
     async def handle_event(self, event: Event) -> bool:
         try:
             await self._answer(parse(event))
-        except BadEvent as bad:
-            await self._error(str(bad), bad.code)
+        except ParlourError as problem:  # a bad event, or an error the service tells its clients
+            await self._error(str(problem), problem.code)
         except (ConnectionError, asyncio.IncompleteReadError):
             return False
         except Exception as error:  # a failing engine or a bug: said in-band, the connection goes on
@@ -122,7 +124,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._error(f"audio-chunk at {chunk.rate} Hz after audio-start at {self.rate} Hz", "invalid_audio")
             return
         self.audio += self.converter.convert(chunk).audio
-        self.service.engine.upkeep.hearing()
+        self.service.engine.hearing()
         if len(self.audio) > self.service.config.max_audio_seconds * self.rate * 2:
             self.audio = None
             await self._error(f"more than {self.service.config.max_audio_seconds} s of audio", "audio_too_long")
@@ -165,7 +167,7 @@ class WyomingHandler(AsyncEventHandler):
         await self.write_event(SynthesizeStopped().event())
 
 
-async def start(service, host: str, port: int) -> AsyncTcpServer:
+async def start(service: Service, host: str, port: int) -> AsyncTcpServer:
     """Listen for Wyoming clients; the caller stops the returned server."""
     server = AsyncTcpServer(host, port)
     await server.start(partial(WyomingHandler, service))

@@ -310,7 +310,8 @@ def test_low_water_and_previous_keep_the_prefix_stable_across_turns():
         result_ = fit(messages, budget=budget, previous=result_.removed, low_water=2000)
         prompts.append(result_)
     extended = sum(
-        after.messages[: len(before.messages)] == before.messages for before, after in zip(prompts, prompts[1:])
+        after.messages[: len(before.messages)] == before.messages
+        for before, after in zip(prompts, prompts[1:], strict=False)
     )
     assert extended >= 4  # most turns only append to the cached prefix
     assert all(p.prompt_tokens <= budget for p in prompts)
@@ -324,15 +325,6 @@ def test_split_sections_follows_the_texts_own_structure():
     assert sections[0] == "# Intro\nShort."
     assert all(len(s) // 3 <= 120 for s in sections)
     assert "".join(sections).count("Paragraph") == 6
-
-
-# The model's own tokenizer ------------------------------------------------------------------------
-def test_fitting_with_the_models_tokenizer_fits_the_real_prompt(llm):
-    messages = research_session(turns=6, research_chars=3000)
-    fitted = fit(messages, budget=3000, measure=llm.measure)
-    assert fitted.prompt_tokens <= 3000
-    assert llm.count(fitted.messages) <= fitted.prompt_tokens  # the derived total never undercounts
-    check_prompt(fitted.messages)
 
 
 def test_replay_json_shows_stages_and_counts(tmp_path):
