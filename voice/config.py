@@ -38,7 +38,7 @@ DEFAULT_INSTRUCTIONS = (
 def described(default: object = MISSING, help: str = "", *, default_factory: object = MISSING) -> object:
     """A setting: its default and its one description, which the CLI's help shows (with the
     default appended where the description does not say it) and docs/configuration.md's table is checked
-    against (tests/test_config.py)."""
+    against (tests/unit/test_config.py)."""
     return field(default=default, default_factory=default_factory, metadata={"help": help})
 
 

@@ -74,7 +74,7 @@ def test_every_setting_is_described_once_and_the_docs_table_agrees(capsys, monke
     from voice.cli import build_parser
     from voice.config import KEYS, Config, help_text
 
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     table = dict(re.findall(r"(?m)^\| `(\w+)` \| `--[\w-]+` \| `PARLOUR_\w+` \| (.*) \|$", docs))
     assert set(table) == set(KEYS)  # a row for each setting, and none for a setting that does not exist
     for row in re.findall(r"(?m)^\| `(\w+)` \| `(--[\w-]+)` \| `(PARLOUR_\w+)` \|", docs):
