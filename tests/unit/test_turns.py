@@ -5,6 +5,7 @@ the turn engine itself."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -434,3 +435,67 @@ def test_turns_past_max_queue_are_refused_and_those_waiting_are_served_in_order(
     assert [isinstance(events[-1], Done) for events in served] == [True, True]
     assert [store.transcript(s)[-1]["content"] for s in sessions] == ["First reply.", "Second reply.", "Question 2?"]
     assert len(model.prompts) == 2 and engine.waiting == 0 and engine.generating == 0
+
+
+class InstantVoice:
+    """A `Voice` whose audio takes no time: each whole sentence fed is delivered when `finish` is
+    awaited (the rest too if `whole`), 100 ms a word on its timeline."""
+
+    def __init__(self) -> None:
+        self.timeline: list[list] = []
+        self.delivered = None
+        self.fed = ""
+
+    def feed(self, text: str) -> None:
+        self.fed += text
+
+    async def finish(self, whole: bool = True) -> None:
+        sentences = re.findall(r"[^.]*\.", self.fed)
+        rest = self.fed[len("".join(sentences)):]
+        for sentence in [*sentences, rest] if whole and rest.strip() else sentences:
+            start = self.timeline[-1][2] if self.timeline else 0
+            self.timeline.append([sentence.strip(), start, start + 100 * len(sentence.split())])
+            await self.delivered(sentence.strip(), self.timeline)
+
+
+def test_a_spoken_reply_is_stored_as_its_voice_delivers_it_with_the_timeline(store):
+    reply = "It is sunny. Take a hat."
+    engine = make_engine(FakeModel([reply]), store)
+    session_id = session_with(store, exchanges=0, question="What is the weather?")
+    voice = InstantVoice()
+    request = TurnRequest(session_id, spoken=True, voice=voice, item_id="item_reply")
+
+    async def run() -> tuple[list, list]:
+        events, rows_while_streaming = [], []
+        async for event in engine.respond(request):
+            events.append(event)
+            if isinstance(event, Delta):  # the row is open, and holds only what the voice delivered
+                rows_while_streaming.append(store.message(session_id, "item_reply"))
+        await engine.idle()
+        return events, rows_while_streaming
+
+    events, rows = asyncio.run(run())
+    assert rows and all(row.status == "in_progress" and row.message["content"] == "" for row in rows)
+    assert voice.fed == reply
+    (stored,) = events[-1].stored
+    assert stored.item_id == "item_reply" and stored.message["content"] == reply and stored.status == "complete"
+    assert stored.figures["timeline"] == [["It is sunny.", 0, 300], ["Take a hat.", 300, 600]]
+
+
+def test_a_spoken_reply_left_mid_sentence_keeps_the_sentences_its_voice_delivered(store):
+    engine = make_engine(FakeModel(["It is sunny. Take a hat."]), store)
+    session_id = session_with(store, exchanges=0, question="What is the weather?")
+    request = TurnRequest(session_id, spoken=True, voice=InstantVoice(), item_id="item_reply")
+
+    async def run() -> None:
+        turn = engine.respond(request)
+        async for event in turn:
+            if isinstance(event, Delta) and event.text == " Take":
+                break  # the listener left
+        await turn.aclose()
+        await engine.idle()
+
+    asyncio.run(run())
+    stored = store.message(session_id, "item_reply")
+    assert stored.message["content"] == "It is sunny." and stored.status == "interrupted"
+    assert stored.figures["timeline"] == [["It is sunny.", 0, 300]]
