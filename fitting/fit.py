@@ -145,7 +145,8 @@ def fit(
     counter.entries(entries)
     state = _Fitting(entries, counter)
     if dropped:
-        state.steps.append(Step("repair", dropped, state.total, "orphaned tool messages or text before the first question"))
+        state.steps.append(Step("repair", dropped, state.total,
+                                "orphaned tool messages or text before the first question"))
 
     _keep_previous(state, parts.history, set(previous))
     target = min(low_water, budget) if low_water and state.total > budget else budget
@@ -260,7 +261,7 @@ def _fit_exchanges(
         made: Summary | None = None
         if given is not None and covered and (how == "reuse" or (how == "generate" and covered == k)):
             made, k = given, max(k, covered)  # the stored summary; anything newer is dropped
-        elif how == "generate":
+        elif how == "generate" and generate is not None:  # planned only with a generator
             start = covered if 0 < covered <= k else 0
             chunks = _chunks(state, history[start:k], max(1, budget // 2))
             earlier = given.text if start and given is not None else ""

@@ -118,5 +118,8 @@ def summarize(chunks: list[list[Message]], generate: Generate, words: int, earli
         notes.append(produced)
     text = "\n".join(notes)
     if len(text.split()) > 2 * words:
-        text = _ask(generate, MERGE.format(words=words), text)
+        merged = _ask(generate, MERGE.format(words=words), text)
+        if merged is None:
+            return None
+        text = merged
     return text or None

@@ -355,11 +355,13 @@ class HomeAssistantCore:
         self.ws("homeassistant/expose_entity", assistants=["conversation"],
                 entity_ids=[device.entity_id for device in self.home], should_expose=True)
 
-    def flow(self, handler: Any, answers: dict[str, Any], *, subentry: bool = False) -> dict:
-        """A config flow (or subentry flow) as the UI drives it: start it, then submit each form
-        with the fields the form pre-fills (suggested value, else default) overridden by `answers`.
-        Returns the final step (`create_entry`, or `abort`); a form shown again with errors raises."""
-        base = "/api/config/config_entries/subentries/flow" if subentry else "/api/config/config_entries/flow"
+    def flow(self, handler: Any, answers: dict[str, Any], *, subentry: bool = False, options: bool = False) -> dict:
+        """A config flow (or subentry flow, or an entry's options flow: its Configure button) as the
+        UI drives it: start it, then submit each form with the fields the form pre-fills (suggested
+        value, else default) overridden by `answers`. Returns the final step (`create_entry`, or
+        `abort`); a form shown again with errors raises."""
+        kind = "subentries/" if subentry else "options/" if options else ""
+        base = f"/api/config/config_entries/{kind}flow"
         step = self.rest("POST", base, {"handler": handler, "show_advanced_options": False})
         while step["type"] == "form":
             if step.get("errors"):
@@ -391,6 +393,30 @@ class HomeAssistantCore:
         if step["type"] != "create_entry":
             raise RuntimeError(f"the Wyoming config flow ended with {step}")
         return step["result"]
+
+    def add_mcp_server(self, llm_api: str = "assist") -> dict:
+        """Settings > Add integration > Model Context Protocol Server, then its Configure button with
+        "Expose all AI tools" off and the LLM API `llm_api` ("Assist") picked: the flow itself adds
+        an entry that serves every LLM API, and the choice of one is its options. `/api/mcp` then
+        serves that API's tools to a user with a token. The config entry."""
+        entry = self.flow("mcp_server", {})
+        if entry["type"] != "create_entry":
+            raise RuntimeError(f"the Model Context Protocol Server config flow ended with {entry}")
+        chosen = self.flow(entry["result"]["entry_id"], {"all_llm_apis": False, "llm_hass_api": [llm_api]},
+                           options=True)
+        if chosen["type"] != "create_entry":
+            raise RuntimeError(f"the Model Context Protocol Server options flow ended with {chosen}")
+        return entry["result"]
+
+    def long_lived_token(self, name: str) -> str:
+        """Profile > Security > Long-lived access tokens > Create token, named `name`: the token, made
+        over the websocket API with the lifespan the page asks for (ten years)."""
+        return self.ws("auth/long_lived_access_token", client_name=name, lifespan=3650)
+
+    @property
+    def mcp_url(self) -> str:
+        """The mcp_server integration's Streamable HTTP endpoint, serving the LLM APIs it is set to."""
+        return f"{self.url}/api/mcp"
 
     def agent(self, platform: str, entry_id: str | None = None, deadline: float = 60) -> str:
         """The entity id of `platform`'s conversation entity (of config entry `entry_id`, if given),
@@ -574,7 +600,8 @@ class RecordingProxy:
                 head, rest = stream.split(b"\r\n\r\n", 1)
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:] if ":" in l)}
+                headers = {name.strip().lower(): value.strip()
+                           for name, value in (line.split(":", 1) for line in lines[1:] if ":" in line)}
                 if "chunked" in headers.get("transfer-encoding", ""):
                     body = bytearray()
                     while True:

@@ -12,7 +12,7 @@ MIN_RUN = 16  # tokens that must match to resume after a removed span (chat mark
 
 def common_prefix(old: list[int], new: list[int]) -> int:
     length = 0
-    for a, b in zip(old, new):
+    for a, b in zip(old, new, strict=False):
         if a != b:
             break
         length += 1

@@ -43,7 +43,7 @@ class LlamaContext:
 
         return bool(llama_memory_can_shift(self._llm._ctx.memory))
 
-    def save_state(self) -> ctypes.Array:
+    def save_state(self) -> ctypes.Array[ctypes.c_uint8]:
         """The cache's cells as llama.cpp serializes them, for `load_state`."""
         from llama_cpp import llama_state_seq_get_data, llama_state_seq_get_size
 
@@ -52,7 +52,7 @@ class LlamaContext:
         llama_state_seq_get_data(self._llm._ctx.ctx, buffer, size, 0)
         return buffer
 
-    def load_state(self, state: ctypes.Array) -> bool:
+    def load_state(self, state: ctypes.Array[ctypes.c_uint8]) -> bool:
         """Put back cells `save_state` gave, into an empty cache; whether llama.cpp took them."""
         from llama_cpp import llama_state_seq_set_data
 

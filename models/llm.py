@@ -11,10 +11,12 @@ models.chat_template's; the reply as it streams is models.reply's; what of llama
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def _may_open_a_call(piece: str) -> bool:
 class _SavedCache:
     """The KV cache of sequence 0 as llama.cpp serializes it, with the tokens it holds."""
 
-    kv: object  # a ctypes byte array
+    kv: ctypes.Array[ctypes.c_uint8]
     input_ids: np.ndarray
     n_tokens: int
     exact: int
@@ -68,6 +70,7 @@ class LanguageModel:
         `repack` lets llama.cpp repack the weights (models.engine says why it is off)."""
         self.path = Path(model_path)
         self.name = self.path.name
+        self.measured_by = f"the tokenizer of {self.path.name}"
         self.context = context
         # 1.0 (off) by measurement (scripts/eval_model.py): at 1.1 the 0.5B model answered 9 of 20
         # facts, follow-ups and sums against 11 of 20 without; the 1.5B 18 of 20 either way.
@@ -83,8 +86,12 @@ class LanguageModel:
             raise ValueError(f"{self.path} has no chat template in its metadata")
         self._template = ChatTemplate(source)
         self.knows_tools = self._template.knows_tools
-        vocab_token = lambda key: self._llm.detokenize([int(metadata[key])], special=True).decode(
-            "utf-8", "replace") if key in metadata else ""
+
+        def vocab_token(key: str) -> str:
+            if key not in metadata:
+                return ""
+            return self._llm.detokenize([int(metadata[key])], special=True).decode("utf-8", "replace")
+
         self._bos_text = vocab_token("tokenizer.ggml.bos_token_id")
         self._eos_text = vocab_token("tokenizer.ggml.eos_token_id")
         self._bos_tokens = len(self._llm.tokenize(b"", add_bos=True, special=True))
@@ -176,14 +183,15 @@ class LanguageModel:
         elif must_call and shape:
             opening = shape[0]  # the model writes the name on
         if opening:
-            prompt, must_call = prompt + self._tokenize(opening), False
+            prompt = prompt + self._tokenize(opening)
         if len(prompt) >= self.context:
             raise ContextOverflow(f"prompt of {len(prompt)} tokens does not fit the {self.context}-token context")
         reply = ReplyStream()
         avoid = self._tokenize(not_like.lstrip())[:1] if not_like.strip() and not opening else []
         # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
-                                open_with_call or bool(opening), avoid, must_call, bool(tools) and not opening)
+                                open_with_call or bool(opening), avoid, bool(must_call) and not opening,
+                                bool(tools) and not opening)
         return reply.start(itertools.chain([opening], pieces) if opening else pieces)
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -226,8 +234,9 @@ class LanguageModel:
                     if saved is not None and llm.n_tokens < saved.n_tokens:
                         self._restore_cache(saved)
                     break
-                self._evaluate_from(llm.n_tokens, lambda: llm.eval(prompt[start:start + batch]))
-                evaluated += len(prompt[start:start + batch])
+                chunk = prompt[start:start + batch]
+                self._evaluate_from(llm.n_tokens, functools.partial(llm.eval, chunk))
+                evaluated += len(chunk)
                 progress(evaluated)
             return evaluated
 
@@ -290,8 +299,6 @@ class LanguageModel:
     def load_cache(self, path: Path) -> int:
         """The cache `save_cache` wrote, if it was this model's with this context: the tokens
         restored (0 when there is none to restore, or it does not fit)."""
-        import ctypes
-
         try:
             with open(path, "rb") as source:
                 header = json.loads(source.readline())
@@ -400,11 +407,12 @@ class LanguageModel:
 
         return LogitsProcessorList([at_start])
 
-    def _sampled(self, prompt: list[int], temperature: float, processors, head: list[int]) -> Iterator[int]:
+    def _sampled(self, prompt: list[int], temperature: float, processors,
+                 head: list[int]) -> Generator[int, None, None]:
         """The reply's tokens as llama.cpp samples them. When the first opens a call as the template
         does (`head`'s first), the rest of `head` is written for the model and evaluated as one
         batch: left to itself after `<tool_call>`, the 1.5B model ended the reply there."""
-        def generate(tokens: list[int], rule) -> Iterator[int]:
+        def generate(tokens: list[int], rule) -> Generator[int, Sequence[int] | None, None]:
             return self._llm.generate(tokens, temp=temperature, top_k=40, top_p=0.95, min_p=0.05,
                                       repeat_penalty=self.repeat_penalty, reset=True, logits_processor=rule)
 

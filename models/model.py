@@ -28,6 +28,8 @@ class Model(Protocol):
     warms: bool
     # Where it runs, for /healthz and the chat APIs: "local", or the server's URL.
     backend: str
+    # What prompts are measured with, for people ("the tokenizer of qwen2.5-coder-1.5b.gguf").
+    measured_by: str
 
     @property
     def approximate(self) -> int:

@@ -89,7 +89,7 @@ class RemoteLanguageModel:
         parts = urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"llm_url must be an http(s) URL such as http://127.0.0.1:8080/v1, got {url!r}")
-        self.url, self._parts = url.rstrip("/"), parts
+        self.url, self._parts, self._host = url.rstrip("/"), parts, parts.hostname
         self.backend = self.url
         self.api_key, self.tokenizer, self.context, self.timeout = api_key, tokenizer, context, timeout
         self.knows_tools = tokenizer.knows_tools if tokenizer else True
@@ -158,7 +158,8 @@ class RemoteLanguageModel:
         if not tools:
             return 0
         if self.server_tokenizer:
-            return self.server_tokenizer.prompt_tokens([_STUB, _STUB_QUESTION], tools) - self.server_tokenizer.stub_tokens()
+            return (self.server_tokenizer.prompt_tokens([_STUB, _STUB_QUESTION], tools)
+                    - self.server_tokenizer.stub_tokens())
         if self.tokenizer:
             return self.tokenizer.tools_tokens(tools)
         return estimate_text(json.dumps(tools))
@@ -166,7 +167,7 @@ class RemoteLanguageModel:
     # The server -------------------------------------------------------------------------------
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
-        return kind(self._parts.hostname, self._parts.port, timeout=timeout)
+        return kind(self._host, self._parts.port, timeout=timeout)
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}

@@ -50,8 +50,9 @@ def _as_call(data: object) -> tuple[str, dict] | None:
     """(name, arguments) when `data` has the shape of a call, whatever its name."""
     if not isinstance(data, dict):
         return None
-    if isinstance(data.get("function"), dict):  # {"type": "function", "function": {...}}
-        data = data["function"]
+    function = data.get("function")
+    if isinstance(function, dict):  # {"type": "function", "function": {...}}
+        data = function
     name = data.get("name")
     arguments = data.get("arguments", data.get("parameters"))
     if isinstance(arguments, str):
@@ -103,7 +104,8 @@ def _described(text: str, described: Mapping[str, str]) -> list[dict]:
     "for") and a quoted argument: 'the search function with the query "x"', 'search for "x"'."""
     calls = []
     for name, parameter in described.items():
-        pattern = rf"\b{re.escape(name)}\b[^.\n]{{0,80}}?\b(?:{re.escape(parameter)}|for)\W{{0,4}}\"([^\"\n]{{2,120}})\""
+        pattern = (rf"\b{re.escape(name)}\b[^.\n]{{0,80}}?\b(?:{re.escape(parameter)}|for)"
+                   rf"\W{{0,4}}\"([^\"\n]{{2,120}})\"")
         calls += [new_call(name, {parameter: match.strip()}) for match in re.findall(pattern, text, re.I)[:1]]
     return calls
 
@@ -178,10 +180,11 @@ class CallScanner:
         if self._holding:
             return ""
         if self._first_sentence:
-            if not _SENTENCE_END.search(self._text):
+            sentence_end = _SENTENCE_END.search(self._text)
+            if not sentence_end:
                 return ""
             self._first_sentence = False
-            sentence = self._text[:_SENTENCE_END.search(self._text).end()]
+            sentence = self._text[:sentence_end.end()]
             self.announced, self.named = announces_call(sentence, self.names), named_tools(sentence, self.names)
             if self.announced or _described(self._text, self.described):
                 self._holding = True

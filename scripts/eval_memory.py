@@ -81,7 +81,7 @@ def planted_session(llm, work: Path, pause: bool) -> tuple[RunningServer, dict]:
         client.ask(statement, max_tokens=24)
     last_fact = 2 * len(FACTS)  # transcript index one past the last fact's exchange (after the system prompt)
     fillers = 0
-    for fillers in range(1, 17):
+    for fillers in range(1, 17):  # noqa: B007 - its last value, the fillers asked, is read after the loop
         done(client.ask(FILLER, max_tokens=4))
         if pause:
             server.idle()  # background work finishes, as in the pause before the user speaks again
@@ -94,7 +94,7 @@ def planted_session(llm, work: Path, pause: bool) -> tuple[RunningServer, dict]:
     client.close()
     return server, {"case": "pause" if pause else "no pause", "summary": text, "answers": answers,
                     "kept": sum(held(text, words) for _, words, _ in FACTS),
-                    "right": sum(held(a, words) for (_, words, _), a in zip(FACTS, answers)),
+                    "right": sum(held(a, words) for (_, words, _), a in zip(FACTS, answers, strict=True)),
                     **figures(server, fillers + len(FACTS))}
 
 
@@ -103,13 +103,13 @@ def recall_case(server: RunningServer) -> dict:
     answers, research = ask_all(client)
     client.close()
     row = {"case": "new session", "summary": "", "answers": answers, "kept": None,
-           "right": sum(held(a, words) for (_, words, _), a in zip(FACTS, answers)),
-           "found": sum(held(r, words) for (_, words, _), r in zip(FACTS, research)),
+           "right": sum(held(a, words) for (_, words, _), a in zip(FACTS, answers, strict=True)),
+           "found": sum(held(r, words) for (_, words, _), r in zip(FACTS, research, strict=True)),
            **figures(server, len(FACTS))}
     other = Client(server.url(), api_key=KEYS[1])
     answers, research = ask_all(other)
     other.close()
-    row["crossed"] = sum(held(a + " " + r, words) for (_, words, _), a, r in zip(FACTS, answers, research))
+    row["crossed"] = sum(held(a + " " + r, words) for (_, words, _), a, r in zip(FACTS, answers, research, strict=True))
     return row
 
 
@@ -138,7 +138,7 @@ def main() -> None:
         for profile, rows in results.items():
             for row in rows:
                 print(f"--- {profile}, {row['case']}; summary:\n{row['summary'] or '(none)'}")
-                for (_, _, question), answer in zip(FACTS, row["answers"]):
+                for (_, _, question), answer in zip(FACTS, row["answers"], strict=True):
                     print(f"  {question} -> {answer[:100]!r}")
     print(f"{len(FACTS)} facts, context {args.context}")
     print(f"{'profile':<20} {'case':<12} {'summary holds':>13} {'answered right':>14} {'recalled':>8} "

@@ -34,7 +34,8 @@ NOTES = {
     "dentist.md": "# Dentist\n\nNext dentist appointment: Tuesday 14 March at 10:30 with Dr Okafor on Quay Street.",
     "cottage.md": "# The cottage\n\nThe cottage in Clifden has wifi called HeronNet; the password is heron-42. "
                   "The key is under the blue flower pot.",
-    "bins.md": "# Bins\n\nThe green recycling bin goes out on Thursday night; the brown compost bin every second Monday.",
+    "bins.md": "# Bins\n\nThe green recycling bin goes out on Thursday night; "
+               "the brown compost bin every second Monday.",
 }
 
 # (turns, expected words for the last turn's answer, whether the last turn should search)
@@ -133,7 +134,7 @@ def main() -> None:
         results[profile] = result = evaluate(profile, stt, tts, work, args.spoken, args.temperature,
                                              args.repeat_penalty)
         if args.answers:
-            for (kind, _), (_, right, decided, did_search, answer) in zip(QUESTIONS, result["rows"]):
+            for (kind, _), (_, right, decided, did_search, answer) in zip(QUESTIONS, result["rows"], strict=True):
                 print(f"{profile} {kind:<10} {'right' if right else 'WRONG'} "
                       f"{'search' if did_search else '-':<6} {'' if decided else '(decision wrong) '}{answer[:100]!r}")
 

@@ -12,7 +12,8 @@ does. The questions are asked twice, each time in one session, so that history g
 It prints, per question, what was heard, the reply and right or wrong, then the totals, the
 domain-word error rate (domain words said that the transcript lacks) and the median first audio.
 
-Run: .venv/bin/python scripts/eval_research.py [--profile qwen2.5-coder-0.5b] [--only spoken|typed] [--research-tokens 250]
+Run: .venv/bin/python scripts/eval_research.py [--profile qwen2.5-coder-0.5b] [--only spoken|typed]
+         [--research-tokens 250]
 It prints figures; it asserts nothing.
 """
 

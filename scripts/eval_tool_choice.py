@@ -127,7 +127,8 @@ def main() -> int:
                         ok = not calls and said
                     else:
                         called = [(name, arguments) for name, arguments in calls if name == question.tool]
-                        right = len(calls) == 1 and any(question.argument in arguments.lower() for _, arguments in called)
+                        right = len(calls) == 1 and any(question.argument in arguments.lower()
+                                                        for _, arguments in called)
                         needed_right += right
                         used += right and said
                         ok = right and said

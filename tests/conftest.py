@@ -60,7 +60,7 @@ def speech(tts, stt):
                 if heard[len(heard) - len(words(text)):] == words(text):
                     break
             else:  # used all the same (numbers are heard as digits), but said in the test report
-                warnings.warn(f"whisper heard none of 5 Piper renderings of {text!r} word for word")
+                warnings.warn(f"whisper heard none of 5 Piper renderings of {text!r} word for word", stacklevel=2)
         return cache[key]
 
     return make

@@ -274,7 +274,8 @@ def test_keys_and_hosts_guard_the_chat_apis(make_server):
         call(server, "list")
     assert refused.value.status_code == 401
     with pytest.raises(openai.AuthenticationError):
-        openai_client(server, "wrong").chat.completions.create(model="parlour", messages=[{"role": "user", "content": "Hi"}])
+        openai_client(server, "wrong").chat.completions.create(model="parlour",
+                                                               messages=[{"role": "user", "content": "Hi"}])
     chat(server, [{"role": "user", "content": "Say hi."}], key="home-key", options={"num_predict": 4})
     for key, count in (("home-key", 1), ("other-key", 0)):
         status, body = get(server.port, "/v1/sessions", headers={"Authorization": f"Bearer {key}"})

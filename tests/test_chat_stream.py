@@ -48,7 +48,8 @@ def test_a_follow_up_prompt_holds_the_earlier_turn(server, llm):
     first = done(client.ask("My name is Ada. Remember it."))
     second = done(client.ask("What is my name?"))
     transcript = server.service.store.transcript(client.session_id)
-    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))  # all four earlier messages
+    # All four earlier messages.
+    assert int(second["usage"]["input_tokens"]) == llm.count(evidence_first(compact_calls(transcript[:-1])))
     # The second prompt extends the first, so llama.cpp reused the first's cached tokens.
     assert second["usage"]["input_token_details"]["cached_tokens"] >= int(first["usage"]["input_tokens"]) - 1
     client.close()

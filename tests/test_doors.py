@@ -45,7 +45,7 @@ def test_whole_floats_are_integers_and_fractions_are_not():
                          ids=["ollama", "openai"])
 def test_every_mutated_chat_body_is_parsed_or_refused_naming_its_field(parse_body, valid):
     parsed = refused = 0
-    for value, body in [(value, mutated) for value in valid for mutated in mutations(value, keep=())]:
+    for value, body in [(original, mutated) for original in valid for mutated in mutations(original, keep=())]:
         try:
             chat = parse_body(body)
             assert isinstance(chat, ChatRequest)
@@ -156,7 +156,8 @@ def test_a_live_fuzz_of_wyoming_gets_errors_that_say_what_is_wrong(make_server, 
     answers = asyncio.run(fuzz())
     errors = [e.data for e in answers if e.type == "error"]
     assert len(errors) > 100, len(errors)
-    assert not [e for e in errors if e["code"] == "internal_error"], [e for e in errors if e["code"] == "internal_error"][:3]
+    internal = [e for e in errors if e["code"] == "internal_error"]
+    assert not internal, internal[:3]
     assert all(e["code"] in ("bad_request", "unknown_event", "audio_not_started", "synthesize_not_started",
                              "invalid_audio", "audio_too_long") and e["text"] for e in errors), errors[:3]
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info][:3]

@@ -118,17 +118,19 @@ def write_licenses(folder) -> None:
     folder.mkdir()
     body = "\n\n".join(f"Section {n}. If You institute patent litigation, the patent licenses granted to You "
                        f"shall terminate. Clause {n} of the grant." for n in range(8))
-    (folder / "apache.txt").write_text("Apache License\nVersion 2.0, January 2004\n\n" + body.replace("Section", "Apache"))
+    (folder / "apache.txt").write_text("Apache License\nVersion 2.0, January 2004\n\n"
+                                       + body.replace("Section", "Apache"))
     (folder / "mpl.txt").write_text("Mozilla Public License\nVersion 2.0\n\n" + body + "\n\nMozilla Foundation is the "
                                     "license steward.")
     for version, date in (("2", "June 1991"), ("3", "29 June 2007")):
         (folder / f"gpl-{version}.txt").write_text(
             f"GNU GENERAL PUBLIC LICENSE\nVersion {version}, {date}\n\nCopyright (C) Free Software Foundation, Inc.\n"
             "51 Franklin Street, Boston, MA 02110-1301 USA\n\n"
-            + "\n\n".join(f"Paragraph {n}: the GNU General Public License is published for software." for n in range(8)))
-    (folder / "lgpl.txt").write_text("GNU LESSER GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n\nThis version of the "
-                                     "GNU Lesser General Public License incorporates the terms of version 3 of the GNU "
-                                     "General Public License.")
+            + "\n\n".join(f"Paragraph {n}: the GNU General Public License is published for software."
+                          for n in range(8)))
+    (folder / "lgpl.txt").write_text("GNU LESSER GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n\n"
+                                     "This version of the GNU Lesser General Public License incorporates the terms "
+                                     "of version 3 of the GNU General Public License.")
 
 
 def test_evidence_for_a_question_naming_a_document_comes_from_that_document(tmp_path):
@@ -223,7 +225,8 @@ def test_an_auto_search_is_read_as_its_results_before_the_question(llm):
                 {"role": "tool", "tool_call_id": own["id"], "content": "At noon."}]
     read = evidence_first(compact_calls(messages))
     # The auto search's results, then the question, in one user message; the model's own search as it was.
-    assert read[1] == {"role": "user", "content": "[1] Timetable\nThe ferry leaves at ten.\n\nWhen does the ferry leave?"}
+    assert read[1] == {"role": "user",
+                       "content": "[1] Timetable\nThe ferry leaves at ten.\n\nWhen does the ferry leave?"}
     assert read[2] == messages[4] and read[3:] == messages[5:]
     assert len(read) == len(messages) - 2
     assert llm.count(read) <= llm.count(compact_calls(messages)) - 15  # no call and no tool framing to read

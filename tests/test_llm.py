@@ -35,14 +35,16 @@ RESEARCH = [
 
 
 def test_answers_the_capital_of_france(llm):
-    reply = llm.complete([SYSTEM, {"role": "user", "content": "What is the capital of France?"}], max_tokens=24, temperature=0)
+    reply = llm.complete([SYSTEM, {"role": "user", "content": "What is the capital of France?"}], max_tokens=24,
+                         temperature=0)
     assert "Paris" in reply
 
 
 EASY = [  # each asked in a fresh conversation; any of the words counts as right
     ("What is the capital of France?", ["Paris"]), ("What is the capital of Japan?", ["Tokyo"]),
     ("How many legs does a spider have?", ["eight", "8"]), ("What is 12 plus 7?", ["19"]),
-    ("Which planet is known as the red planet?", ["Mars"]), ("What language do people speak in Brazil?", ["Portuguese"]),
+    ("Which planet is known as the red planet?", ["Mars"]),
+    ("What language do people speak in Brazil?", ["Portuguese"]),
     ("Who wrote Romeo and Juliet?", ["Shakespeare"]),
     ("At what temperature in Celsius does water boil at sea level?", ["100"]),
     ("What colour do you get when you mix blue and yellow?", ["green"]),
@@ -240,7 +242,8 @@ def test_an_exact_prefill_replaces_what_a_shift_kept(llm):
     checks = iter([False, True])  # one batch, then a turn is waiting
     assert llm.prefill(history, exact=True, stop=lambda: next(checks), batch=8) == 8
     assert llm._llm.n_tokens == cached and llm.approximate > 20  # still to be refreshed
-    assert llm.prefill(history, exact=True) >= shifted.stats.shifted_tokens - 4  # what the shift kept, again (not the next turn's opening)
+    # What the shift kept, again (not the next turn's opening).
+    assert llm.prefill(history, exact=True) >= shifted.stats.shifted_tokens - 4
     assert llm.prefill(history, exact=True) == 0 and llm.approximate == 0  # exact now: nothing left to redo
     after = llm.stream(history + [{"role": "user", "content": "What is my kayak called?"}], max_tokens=8,
                        temperature=0)
@@ -275,7 +278,8 @@ def test_discard_removes_what_follows_a_prompt_only_while_the_cache_holds_it(llm
 
 def test_discard_keeps_what_the_next_prompt_shares_with_the_guess(llm):
     system = {"role": "system", "content": "You are Quillon, who keeps lighthouse logs. Answer in one line."}
-    evidence = "[1] Lamp log (log.md)\nThe lamp is lit at dusk and put out at dawn. Answer the question from these passages.\n\n"
+    evidence = ("[1] Lamp log (log.md)\nThe lamp is lit at dusk and put out at dawn. "
+                "Answer the question from these passages.\n\n")
     guessed = [system, {"role": "user", "content": evidence + "When is the lamp"}]
     asked = [system, {"role": "user", "content": evidence + "When is the lamp put out?"}]
     llm.prefill(guessed)

@@ -71,7 +71,8 @@ def test_a_function_call_round_trip_and_deleting_the_call_takes_its_output(serve
     assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
 
     client.send({"type": "conversation.item.create", "item": {
-        "type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature": "21 C", "sky": "sunny"}'}})
+        "type": "function_call_output", "call_id": call["call_id"],
+        "output": '{"temperature": "21 C", "sky": "sunny"}'}})
     client.until("conversation.item.done")
     client.send({"type": "response.create", "response": {"output_modalities": ["text"], "max_output_tokens": 40}})
     answer = client.until("response.done")
@@ -84,7 +85,8 @@ def test_a_function_call_round_trip_and_deleting_the_call_takes_its_output(serve
     deleted = [e["item_id"] for e in client.until("conversation.item.deleted", "error")]
     output_id = server.service.store.messages(client.session_id, deleted=True)[2].item_id
     client.send({"type": "input_audio_buffer.clear"})
-    deleted += [e["item_id"] for e in client.until("input_audio_buffer.cleared") if e["type"] == "conversation.item.deleted"]
+    deleted += [e["item_id"] for e in client.until("input_audio_buffer.cleared")
+                if e["type"] == "conversation.item.deleted"]
     assert deleted == [call["id"], output_id]
     assert [m["role"] for m in server.service.store.transcript(client.session_id)] == ["system", "user", "assistant"]
 
@@ -103,8 +105,10 @@ def test_an_item_created_while_a_response_streams_follows_its_reply(server):
     events = client.until("response.done")
     while not any(e["type"] == "conversation.item.done" and e["item"]["id"] == "msg_later" for e in events):
         events.append(client.recv())
-    later = next(i for i, e in enumerate(events) if e["type"] == "conversation.item.added" and e["item"]["id"] == "msg_later")
-    assert later > next(i for i, e in enumerate(events) if e["type"] == "response.done")  # acknowledged after the reply ended
+    later = next(i for i, e in enumerate(events)
+                 if e["type"] == "conversation.item.added" and e["item"]["id"] == "msg_later")
+    # Acknowledged after the reply ended.
+    assert later > next(i for i, e in enumerate(events) if e["type"] == "response.done")
     roles = [(m.item_id, m.message["role"]) for m in server.service.store.messages(client.session_id)]
     assert [r for _, r in roles] == ["user", "assistant", "user"] and roles[-1][0] == "msg_later"
     client.close()
@@ -209,7 +213,8 @@ def test_a_fuzz_of_malformed_events_never_drops_the_connection(make_server):
         client.recv()
     errors = [e["error"] for e in client.events if e["type"] == "error"]
     assert sent > 1_000 and len(errors) > sent // 2
-    assert not [e for e in errors if e["code"] == "internal_error"], [e for e in errors if e["code"] == "internal_error"][:3]
+    internal = [e for e in errors if e["code"] == "internal_error"]
+    assert not internal, internal[:3]
     assert all(e["message"] for e in errors)
     # Every response that began has ended.
     created = [e["response"]["id"] for e in client.events if e["type"] == "response.created"]

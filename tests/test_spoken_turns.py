@@ -89,7 +89,8 @@ def test_the_openai_sdk_runs_a_push_to_talk_turn(server, speech, stt, llm):
     metadata = response["metadata"]
     figures = {name: int(metadata[name]) for name in ("stt_ms", "fit_ms", "ttft_ms", "first_audio_ms", "total_ms")}
     # Timed from the commit: the transcript and the fit come before the first token, speech after it.
-    assert figures["stt_ms"] + figures["fit_ms"] <= figures["ttft_ms"] <= figures["first_audio_ms"] <= figures["total_ms"]
+    assert (figures["stt_ms"] + figures["fit_ms"] <= figures["ttft_ms"] <= figures["first_audio_ms"]
+            <= figures["total_ms"])
     assert int(metadata["evaluated_tokens"]) > 0
     assert "cached_tokens" in response["usage"]["input_token_details"]
     # One record of the turn: what /v1/figures serves and what was stored are what response.done said.
@@ -198,8 +199,10 @@ def test_bad_audio_input_gets_errors_and_the_next_turn_is_served(make_server, sp
         ({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x00\x01\x02").decode()}, "invalid_audio"),
         ({"type": "input_audio_buffer.append", "audio": 42}, "invalid_value"),
         ({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(48_000 * 4)).decode()}, "invalid_audio"),
-        ({"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": 10}, "item_not_found"),
-        ({"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": -1}, "invalid_value"),
+        ({"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": 10},
+         "item_not_found"),
+        ({"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": -1},
+         "invalid_value"),
         ({"type": "session.update", "session": {"audio": {"output": {"speed": 0}}}}, "invalid_value"),
     ]
     for event, code in cases:
@@ -266,7 +269,8 @@ def test_sentences_start_speech_at_the_first_phrase():
             [rest for rest in [sentences.flush()] if rest]
 
     text = "The sky is blue because of a process called scattering, which bends blue light. It is, in short, physics."
-    assert pieces(text, Sentences()) == ["The sky is blue", "because of a process called scattering, which bends blue light.",
+    assert pieces(text, Sentences()) == ["The sky is blue",
+                                         "because of a process called scattering, which bends blue light.",
                                          "It is, in short, physics."]
     assert pieces("Under the GPL, you can sell copies of it. Yes.", Sentences()) == [
         "Under the GPL, you can sell copies", "of it.", "Yes."]
@@ -449,7 +453,8 @@ def test_a_wrong_guess_is_removed_from_the_cache_and_the_question_asked_is_answe
     read = evidence_first(compact_calls(server.service.store.transcript(client.session_id)))
     evidence = read[1]["content"].removesuffix(heard["transcript"])
     assert evidence.endswith("\n\n") and "twelve euro" in evidence
-    assert llm.count(read[:1]) + 8 < figures["cached_tokens"] <= llm.count([read[0], {"role": "user", "content": evidence}])
+    assert (llm.count(read[:1]) + 8 < figures["cached_tokens"]
+            <= llm.count([read[0], {"role": "user", "content": evidence}]))
     questions = [m["content"] for m in server.service.store.transcript(client.session_id) if m["role"] == "user"]
     assert questions == [heard["transcript"]]
     hold_key(client, speech(guessed) + bytes(48 * 1000))  # guessed again, and the client goes away

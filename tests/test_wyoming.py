@@ -142,7 +142,8 @@ def test_a_conversation_id_is_one_remembered_session_across_restarts(make_server
     session = session_for("conv-1")
     transcript = server.service.store.transcript(session)
     assert [m["role"] for m in transcript[1:]] == ["user", "assistant"] * 2
-    assert server.service.engine.recent[-1].prompt_tokens == llm.count(evidence_first(compact_calls(transcript[:-1])))  # the first exchange too
+    # The first exchange too.
+    assert server.service.engine.recent[-1].prompt_tokens == llm.count(evidence_first(compact_calls(transcript[:-1])))
     assert "Ada" in Handled.from_event(events[-1]).text
 
     ask(port, "Hello there.", "conv-2")

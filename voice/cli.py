@@ -41,8 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parlour", description="A local, private voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    commands.add_parser("models", parents=[flags], help="list the language model profiles, then load each engine in use and show its size and load time")
-    commands.add_parser("config", parents=[flags], help="show the effective configuration and where each value came from")
+    commands.add_parser("models", parents=[flags],
+                        help="list the language model profiles, then load each engine in use and show its size and "
+                             "load time")
+    commands.add_parser("config", parents=[flags],
+                        help="show the effective configuration and where each value came from")
 
     say = commands.add_parser("say", parents=[flags], help="speak TEXT into a WAV file with Piper")
     say.add_argument("text", metavar="TEXT")
@@ -62,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--no-summarize", action="store_true", help="drop old exchanges instead of summarizing them")
     replay.add_argument("--json", action="store_true", help="print one JSON object: prompt_tokens, messages, steps")
 
-    commands.add_parser("serve", parents=[flags], help="serve voice and text on ws://HOST:PORT/v1/realtime and the chat APIs on http://HOST:PORT")
+    commands.add_parser("serve", parents=[flags],
+                        help="serve voice and text on ws://HOST:PORT/v1/realtime and the chat APIs on http://HOST:PORT")
 
     chat = commands.add_parser("chat", parents=[flags], help="chat with a running server in the terminal")
     chat.add_argument("--session", metavar="ID", help="resume a stored session")
@@ -80,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     talk.add_argument("--input", metavar="FILE.wav", help="send this recording as one question (no audio device)")
     talk.add_argument("--output", metavar="FILE.wav", help="with --input: write the spoken reply here")
 
-    index = commands.add_parser("index", parents=[flags], help="add a folder of text, Markdown and HTML files to the knowledge base")
+    index = commands.add_parser("index", parents=[flags],
+                                help="add a folder of text, Markdown and HTML files to the knowledge base")
     index.add_argument("folder", metavar="DIR")
 
-    sessions = commands.add_parser("sessions", parents=[flags], help="list, show, export, import or delete stored sessions")
+    sessions = commands.add_parser("sessions", parents=[flags],
+                                   help="list, show, export, import or delete stored sessions")
     actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("list", parents=[flags], help="sessions, newest first")
     for name, text in (("show", "print a session's messages"), ("delete", "delete a session"),
@@ -103,8 +109,9 @@ def _size(path: Path) -> int:
 
 def cmd_models(config, args) -> None:
     from models.engine import cpu_features
+    from models.llm import LanguageModel
     from models.weights import PROFILES, llm_profile
-    from voice.engines import ENGINES, describe, load_llm, timed_load
+    from voice.engines import ENGINES, describe, load_remote_llm, timed_load
 
     in_use = llm_profile(config.llm_model)
     print("language model profiles (llm_model):")
@@ -115,12 +122,13 @@ def cmd_models(config, args) -> None:
     print("in use:")
     for engine in ENGINES:
         if engine == "llm" and config.llm_url:
-            remote = load_llm(config)
-            print(f"  llm  on the server at {remote.url} ({remote.ping()}); prompts measured with {remote.measured_by}")
+            remote = load_remote_llm(config)
+            print(f"  llm  on the server at {remote.url} ({remote.ping()}); "
+                  f"prompts measured with {remote.measured_by}")
             continue
         path, loaded, seconds = timed_load(engine, config)
         print(f"  {engine:<4} {_size(path) / 1e6:>7.1f}MB {seconds:>6.2f}s  {describe(engine, config)}  {path}")
-        if engine == "llm":
+        if isinstance(loaded, LanguageModel):
             print(f"       llama.cpp uses {' '.join(cpu_features())}; {loaded.engine.describe()}")
 
 
@@ -169,7 +177,7 @@ def cmd_replay(config, args) -> None:
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
-        print(report(messages, result, "characters / 3" if llm is None else f"the tokenizer of {llm.path.name}"))
+        print(report(messages, result, "characters / 3" if llm is None else llm.measured_by))
 
 
 def _store(config):

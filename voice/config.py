@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from http import HTTPStatus
 from pathlib import Path
+from typing import TypeVar, overload
 
 import platformdirs
 
 from fitting.errors import ParlourError
 
 ENV_PREFIX = "PARLOUR_"
+
+T = TypeVar("T")
 
 
 class ConfigError(ParlourError, ValueError):
@@ -35,11 +38,22 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 
-def described(default: object = MISSING, help: str = "", *, default_factory: object = MISSING) -> object:
+@overload
+def described(default: T, help: str) -> T: ...
+
+
+@overload
+def described(*, help: str, default_factory: Callable[[], T]) -> T: ...
+
+
+def described(default: object = MISSING, help: str = "", *,
+              default_factory: Callable[[], object] | None = None) -> object:
     """A setting: its default and its one description, which the CLI's help shows (with the
     default appended where the description does not say it) and docs/configuration.md's table is checked
     against (tests/unit/test_config.py)."""
-    return field(default=default, default_factory=default_factory, metadata={"help": help})
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -81,6 +95,11 @@ class Config:
     knowledge: str = described("", "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)")
     api_keys: list[str] = described(help="comma-separated keys; when set, connections without one are refused",
                                     default_factory=list)
+    mcp_servers: list[str] = described(help="comma-separated LABEL=URL: MCP servers (Streamable HTTP) whose tools "
+                                            "Parlour offers the model and runs itself, on every front end that "
+                                            "brings no tools of its own", default_factory=list)
+    mcp_tokens: list[str] = described(help="comma-separated LABEL=VARIABLE: the environment variable that holds the "
+                                           "bearer token of mcp_servers' LABEL", default_factory=list)
     max_queue: int = described(8, "turns that may wait for the model before server_busy")
     max_connections: int = described(32, "open websocket connections; more are refused with 503")
     max_text_chars: int = described(32_000, "longest text message accepted")
@@ -100,7 +119,9 @@ class Config:
 
     @property
     def knowledge_path(self) -> Path:
-        return Path(self.knowledge).expanduser() if self.knowledge else Path(self.data_dir).expanduser() / "knowledge.sqlite3"
+        if self.knowledge:
+            return Path(self.knowledge).expanduser()
+        return Path(self.data_dir).expanduser() / "knowledge.sqlite3"
 
 
 CHOICES = {"research": ("auto", "model", "off")}
@@ -108,7 +129,8 @@ NUMBERS = {"int": (int, "a whole number"), "float": (float, "a number")}
 RANGES = {"port": (0, 65535), "wyoming_port": (0, 65535), "temperature": (0, 2)}  # other numbers must be at least 1
 
 
-KEYS = {f.name: f.type for f in fields(Config) if f.name != "sources"}
+# Each setting's type as written ("int", "list[str]"): with postponed annotations a field's type is its text.
+KEYS: dict[str, str] = {f.name: str(f.type) for f in fields(Config) if f.name != "sources"}
 
 
 def help_text(key: str) -> str:
@@ -141,7 +163,8 @@ def _convert(key: str, value: object, origin: str) -> object:
             raise ConfigError(f"{origin}: {key} is out of range: {number} (from {low} to {high or 'any'})")
         return number
     if kind == "bool":
-        words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+        words = {"true": True, "yes": True, "on": True, "1": True,
+                 "false": False, "no": False, "off": False, "0": False}
         if isinstance(value, str) and value.strip().lower() in words:  # from the environment or a flag
             return words[value.strip().lower()]
         if not isinstance(value, bool):

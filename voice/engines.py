@@ -43,6 +43,11 @@ def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
     if not config.llm_url:
         return LanguageModel(llm_path(config), context=config.context, threads=config.threads,
                              kv_shift=config.kv_shift, repack=config.llm_repack)
+    return load_remote_llm(config)
+
+
+def load_remote_llm(config: Config) -> RemoteLanguageModel:
+    """The model server at `llm_url`, connected."""
     tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True,
                               repack=config.llm_repack) if config.llm_model else None
     remote = RemoteLanguageModel(config.llm_url, config.llm_api_key, tokenizer, config.context, config.max_inflight)

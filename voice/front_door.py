@@ -57,11 +57,11 @@ def front_door(http: HttpHandler) -> type[ServerConnection]:
             plain.connection_made(self._raw)
             plain.data_received(head)
 
-        def eof_received(self) -> bool | None:
+        def eof_received(self) -> None:
             if self._routed:
-                return super().eof_received()
+                super().eof_received()
+                return
             self._raw.close()  # closed before a whole request head arrived
-            return None
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._routed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
@@ -59,7 +59,7 @@ class Reply:
     status: HTTPStatus
     body: bytes = b""
     content_type: str = "application/json"
-    stream: AsyncIterator[bytes] | None = None
+    stream: AsyncGenerator[bytes, None] | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -31,6 +32,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.protocol import State
+from websockets.typing import Subprotocol
 
 from models.audio import RATE
 from voice import http_api
@@ -42,6 +44,8 @@ from voice.knowledge.base import KnowledgeBase
 from voice.knowledge.research import Research
 from voice.realtime.connection import Connection
 from voice.store.sessions import SessionStore, UnknownSession, owner_of
+from voice.tools.mcp import configured_servers
+from voice.tools.toolbox import Toolbox
 from voice.turns.engine import TurnEngine
 
 log = logging.getLogger("parlour")
@@ -79,6 +83,7 @@ class Service:
         self.engine = TurnEngine(llm, store, self.research, llm.context if remote else config.context,
                                  config.reply_tokens, config.max_queue,
                                  config.temperature, config.max_inflight if remote else 1)
+        self.mcp_servers = configured_servers(config, os.environ)
         self.owners = {owner_of(key) for key in config.api_keys}
         self.voice_name = tts.name
         self.port: int | None = None
@@ -115,6 +120,7 @@ class Service:
     # HTTP and the handshake ------------------------------------------------------------------
     def refusal(self, hosts: list[str], origins: list[str]) -> str | None:
         """Why a request (HTTP or websocket) is refused before anything else, or None."""
+        assert self.hosts is not None  # known once serving, before any request is read
         host = hosts[0] if len(hosts) == 1 else ", ".join(hosts)
         if len(hosts) != 1 or not self.hosts.names_server(host):
             # A page on a rebinding domain sends its own Host (and a matching Origin).
@@ -157,7 +163,8 @@ class Service:
         sessions = await asyncio.to_thread(self.store.list, self.scope(owner))
         if request.path == "/v1/sessions":
             return http_api.json_reply(HTTPStatus.OK, [
-                {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages} for s in sessions if s.messages])
+                {"id": s.id, "title": s.title, "updated": s.updated, "messages": s.messages}
+                for s in sessions if s.messages])
         mine = {s.id for s in sessions}
         return http_api.json_reply(HTTPStatus.OK, [f.as_json() for f in self.engine.recent if f.session_id in mine])
 
@@ -188,11 +195,12 @@ class Service:
         return None
 
     @staticmethod
-    def select_subprotocol(connection: ServerConnection, offered) -> str | None:
-        return "realtime" if "realtime" in offered else None
+    def select_subprotocol(connection: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+        return Subprotocol("realtime") if "realtime" in offered else None
 
     async def handle(self, websocket: ServerConnection) -> None:
         request = websocket.request
+        assert request is not None  # the handler runs once the handshake is done
         owner = self.owner(request) or ""
         session_id = (parse_qs(urlsplit(request.path).query).get("session_id") or [""])[0]
         if not session_id:
@@ -216,6 +224,7 @@ class Service:
     async def serve_http(self, reader, writer) -> None:
         """One plain HTTP connection (voice.front_door), until it closes or the service stops."""
         task = asyncio.current_task()
+        assert task is not None  # a coroutine runs in a task
         self.http_connections.add(task)
         try:
             await http_api.serve_http(reader, writer, self.http, max_body=self.max_message_bytes())
@@ -239,6 +248,8 @@ class Service:
             self.hosts = HostCheck(self.config.host, self.port, self.config.allowed_hosts)
             if recovered := await asyncio.to_thread(self.store.recover):
                 log.info("%d replies cut short by a crash are marked interrupted", recovered)
+            if self.mcp_servers:
+                self.engine.use_tools(await Toolbox.gather(self.mcp_servers))
             wyoming = None
             if self.config.wyoming_port:
                 from voice.wyoming import service as wyoming_service

@@ -74,7 +74,9 @@ def test_fitted_prompts_always_hold(messages, budget, generator, low_water):
     low_water=st.one_of(st.none(), st.integers(100, 2500)),
 )
 def test_the_next_turn_keeps_the_guarantees_with_previous_removals_and_summaries(first, later, budget, low_water):
-    summarizer = lambda p: "short summary."
+    def summarizer(prompt):
+        return "short summary."
+
     before = fit(first, budget, generate=summarizer, low_water=low_water)
     grown = first + [assistant("reply")] + later[1:]  # the session only grows
     after = fit(grown, budget, generate=summarizer, previous=before.removed, summary=before.summary,

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # voice/__init__.py runs before any voice module, and config.py (the settings, which import only
     # fitting's errors) is read by the turn engine as well as the server: both sit at the bottom of voice/.
     ("voice's base: text helpers and configuration", ("voice.__init__", "voice.text", "voice.config")),
-    ("store and knowledge", ("voice.store", "voice.knowledge")),
+    ("store, knowledge and tools", ("voice.store", "voice.knowledge", "voice.tools")),
     ("turns", ("voice.turns",)),
     # validation.py and http_api.py are the doors' shared parts: the front ends and the server use them.
     ("front ends", ("voice.realtime", "voice.wyoming", "voice.chat", "voice.speech", "voice.validation",

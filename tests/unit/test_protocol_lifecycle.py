@@ -171,7 +171,8 @@ def test_items_retrieved_deleted_and_the_running_reply_protected():
     protocol = responding()
     reply = protocol.response.item_id
     assert kinds(protocol.receive(raw("conversation.item.retrieve", item_id="item_a"))) == ["RetrieveItem"]
-    assert protocol.receive(raw("conversation.item.delete", item_id="item_a", event_id="e")) == [DeleteItem("item_a", "e")]
+    assert protocol.receive(raw("conversation.item.delete", item_id="item_a", event_id="e")) == [
+        DeleteItem("item_a", "e")]
     assert error_code(protocol.receive(raw("conversation.item.delete", item_id=reply))) == "invalid_value"
     protocol.response_ended()
     assert kinds(protocol.receive(raw("conversation.item.delete", item_id=reply))) == ["DeleteItem"]
@@ -280,7 +281,8 @@ def test_bad_events_are_answered_with_the_field_and_the_event_id():
 def test_retrieve_is_answered_in_any_state():
     for reach in REACH.values():
         protocol = reach()
-        assert protocol.receive(raw("conversation.item.retrieve", item_id="x", event_id="e")) == [RetrieveItem("x", "e")]
+        assert protocol.receive(raw("conversation.item.retrieve", item_id="x", event_id="e")) == [
+            RetrieveItem("x", "e")]
 
 
 def test_held_audio_is_drafted_in_the_background_and_the_commit_uses_the_draft():

@@ -122,7 +122,8 @@ def test_a_call_described_in_words_counts_for_single_string_tools():
     assert parsed.text == ""
     assert parse_tool_calls(text, NAMES).calls == []  # only where asked for
     assert parse_tool_calls('She said "hello" to me.', NAMES, {"search": "query"}).calls == []
-    for text, query in [('You may call the "search" function with the argument {"query": "fruit colour"}.', "fruit colour"),
+    for text, query in [('You may call the "search" function with the argument {"query": "fruit colour"}.',
+                         "fruit colour"),
                         ('You can search for "Galway" in your notes.', "Galway")]:
         calls = parse_tool_calls(text, NAMES, {"search": "query"}).calls
         assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"query": query}]
@@ -134,7 +135,8 @@ def test_the_scanner_holds_a_first_sentence_that_describes_a_call():
     assert "".join(scanner.feed(p) for p in pieces) == ""
     assert scanner.finish().calls
     scanner = CallScanner(NAMES, {"search": "query"})
-    assert "".join(scanner.feed(p) for p in ["Paris is", " the capital.", " It is big."]) == "Paris is the capital. It is big."
+    pieces = ["Paris is", " the capital.", " It is big."]
+    assert "".join(scanner.feed(p) for p in pieces) == "Paris is the capital. It is big."
 
 
 LIGHT_SET = {"type": "function", "function": {"name": "light__HassLightSet", "parameters": {
@@ -149,7 +151,8 @@ LIVE_CONTEXT = {"type": "function", "function": {"name": "homeassistant__GetLive
 
 @pytest.mark.parametrize("written, fitted", [
     ({"name": "Kitchen Light", "brightness": 40}, {"name": "Kitchen Light", "brightness": 40}),  # already fits
-    ({"area": ["Porch"], "domain": "light"}, {"area": "Porch", "domain": ["light"]}),  # Home Assistant's InvalidSlotInfo
+    # Home Assistant's InvalidSlotInfo
+    ({"area": ["Porch"], "domain": "light"}, {"area": "Porch", "domain": ["light"]}),
     ({"name": "Lamp", "color": None, "floor": "Ground"}, {"name": "Lamp"}),  # None, and a parameter it lacks
     ({"name": "Lamp", "brightness": "40%"}, {"name": "Lamp", "brightness": 40}),
     ({"name": "Lamp", "brightness": 250.0}, {"name": "Lamp", "brightness": 100}),
@@ -157,7 +160,8 @@ LIVE_CONTEXT = {"type": "function", "function": {"name": "homeassistant__GetLive
     ({"name": "Lamp", "color": "mauve", "brightness": "inf"}, {"name": "Lamp"}),
 ])
 def test_arguments_are_fitted_to_the_tools_schema(written, fitted):
-    call = {"id": "c", "type": "function", "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
+    call = {"id": "c", "type": "function",
+            "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
     assert json.loads(fit_call(call, [LIGHT_SET])["function"]["arguments"]) == fitted
 
 
@@ -199,7 +203,8 @@ def test_free_text_that_names_nothing_the_request_said_is_left_out():
                "color": "red"}
     schema = {**LIGHT_SET["function"]["parameters"], "properties": {
         **LIGHT_SET["function"]["parameters"]["properties"], "floor": {"type": "string"}}}
-    call = {"id": "c", "type": "function", "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
+    call = {"id": "c", "type": "function",
+            "function": {"name": "light__HassLightSet", "arguments": json.dumps(written)}}
     tool = {"type": "function", "function": {"name": "light__HassLightSet", "parameters": schema}}
     fitted = json.loads(fit_call(call, [tool], said)["function"]["arguments"])
     # "Ground" names nothing said; "light" is a word said; "red" is the schema's own enum value.
@@ -224,8 +229,11 @@ def test_a_call_to_a_tool_named_without_its_prefix_is_a_call_to_that_tool():
 def test_a_required_argument_of_free_text_that_names_nothing_said_is_made_up():
     weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-    call = lambda city: {"id": "c", "type": "function",
-                         "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
+    def call(city):
+        return {"id": "c", "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
     assert made_up(call("Paris"), weather, "Answer briefly. What is the capital of France?")
     assert not made_up(call("Oslo"), weather, "Answer briefly. What is the weather in Oslo?")
     assert not made_up(call("oslo"), weather, "How cold is Oslo?")  # words, whatever their case

@@ -49,6 +49,7 @@ def chat_request(body: object) -> ChatRequest:
                 raise BadRequest(f"messages.{n}.images: images are not supported: the model reads text",
                                  f"messages.{n}.images")
     chat = validated(ChatBody, body)
+    assert isinstance(body, dict)  # ChatBody refused anything else
     options = chat.options or ollama_types.Options()
     if options.num_ctx is not None and options.num_ctx < 1:
         raise BadRequest("options.num_ctx: must be a positive integer", "options.num_ctx")

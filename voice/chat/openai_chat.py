@@ -43,6 +43,7 @@ def chat_request(body: object) -> ChatRequest:
     if isinstance(body, dict) and not (isinstance(body.get("messages"), list) and body["messages"]):
         raise BadRequest("messages: must be a non-empty list", "messages")
     params = validated(_BODY, {**body, "messages": []} if isinstance(body, dict) else body)
+    assert isinstance(body, dict)  # _BODY refused anything else
     messages = [_message(n, raw) for n, raw in enumerate(body["messages"])]
     tools = params.get("tools") or []
     if not isinstance(body.get("tools") or [], list) or any(t.get("type") != "function" for t in tools):
@@ -62,7 +63,7 @@ def chat_request(body: object) -> ChatRequest:
                        include_usage=bool((params.get("stream_options") or {}).get("include_usage")))
 
 
-def _tool_choice(choice: object) -> str | dict | None:
+def _tool_choice(choice: str | dict | None) -> str | dict | None:
     if choice is None or isinstance(choice, str):
         return choice
     if choice.get("type") == "function":  # {"type": "function", "function": {"name": ...}}: the engine's shape
@@ -89,7 +90,7 @@ def _message(n: int, raw: object) -> dict:
     return message
 
 
-def _text(n: int, content: object) -> str:
+def _text(n: int, content: str | list[dict] | None) -> str:
     """A message's content: text, or text parts."""
     if content is None or isinstance(content, str):
         return content or ""

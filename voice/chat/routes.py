@@ -9,15 +9,15 @@ so a client's setting survives a change of profile; `/api/show` says which model
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 
 from fitting.errors import ParlourError
 from voice import http_api
 from voice.chat import ollama, openai_chat
-from voice.chat.turn import BadRequest, ChatRequest, answer
-from voice.turns.events import Calls, Delta, Done, TurnEvent
+from voice.chat.turn import BadRequest, ChatEvent, ChatRequest, answer
+from voice.turns.events import Calls, Delta, Done
 from voice.turns.figures import TurnFigures
 from voice.turns.service import Service
 
@@ -96,7 +96,7 @@ def _body(request: http_api.Request) -> object:
         raise BadRequest(str(problem), "body") from None
 
 
-async def _lines(items: list[dict]) -> AsyncIterator[bytes]:
+async def _lines(items: list[dict]) -> AsyncGenerator[bytes, None]:
     for item in items:
         yield ollama.line(item)
 
@@ -142,7 +142,8 @@ async def _chat(service: Service, owner: str, chat: ChatRequest, is_ollama: bool
                           stream=render(first, events, chat, started))
 
 
-async def _whole(first: TurnEvent, events: AsyncIterator[TurnEvent], started: float, is_ollama: bool) -> http_api.Reply:
+async def _whole(first: ChatEvent, events: AsyncGenerator[ChatEvent, None], started: float,
+                 is_ollama: bool) -> http_api.Reply:
     """A reply not streamed: all of it, then one JSON body (an error met on the way is its status)."""
     text, calls = [], []
     try:
@@ -164,13 +165,14 @@ async def _whole(first: TurnEvent, events: AsyncIterator[TurnEvent], started: fl
     return http_api.json_reply(HTTPStatus.OK, openai_chat.Completion(MODEL).whole("".join(text), calls, figures))
 
 
-async def _all(first: TurnEvent, events: AsyncIterator[TurnEvent]) -> AsyncIterator[TurnEvent]:
+async def _all(first: ChatEvent, events: AsyncIterator[ChatEvent]) -> AsyncIterator[ChatEvent]:
     yield first
     async for event in events:
         yield event
 
 
-async def _ollama_stream(first, events, chat: ChatRequest, started: float) -> AsyncIterator[bytes]:
+async def _ollama_stream(first: ChatEvent, events: AsyncGenerator[ChatEvent, None], chat: ChatRequest,
+                         started: float) -> AsyncGenerator[bytes, None]:
     try:
         async for event in _all(first, events):
             yield ollama.line(ollama.final(OLLAMA_MODEL, event.figures, started) if isinstance(event, Done)
@@ -181,7 +183,8 @@ async def _ollama_stream(first, events, chat: ChatRequest, started: float) -> As
         await events.aclose()
 
 
-async def _openai_stream(first, events, chat: ChatRequest, started: float) -> AsyncIterator[bytes]:
+async def _openai_stream(first: ChatEvent, events: AsyncGenerator[ChatEvent, None], chat: ChatRequest,
+                         started: float) -> AsyncGenerator[bytes, None]:
     completion = openai_chat.Completion(MODEL)
     yield openai_chat.event(completion.opening())
     try:

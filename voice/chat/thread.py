@@ -55,7 +55,8 @@ def answer_calls(messages: list[dict], pending: list[str]) -> list[dict]:
     for message in messages:
         message = dict(message)
         if message["role"] == "assistant" and message.get("tool_calls"):
-            calls = [call if call.get("id") else {**new_call(call["function"]["name"], {}), "function": call["function"]}
+            calls = [call if call.get("id")
+                     else {**new_call(call["function"]["name"], {}), "function": call["function"]}
                      for call in message["tool_calls"]]
             message["tool_calls"], pending = calls, [call["id"] for call in calls]
         elif message["role"] == "tool":
@@ -110,7 +111,8 @@ def open_thread(store: SessionStore, owner: str, messages: list[dict], instructi
         # The time goes with the question it was asked at, which the cache has not seen yet.
         asking[-1]["content"] = f"{asking[-1]['content']}{CLOCK_OPEN}{clock})"
     for message in new:
-        store.append(session_id, {k: message[k] for k in ("role", "content", "tool_calls", "tool_call_id") if k in message})
+        store.append(session_id, {key: message[key] for key in ("role", "content", "tool_calls", "tool_call_id")
+                                  if key in message})
     return session_id
 
 

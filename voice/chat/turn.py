@@ -10,7 +10,7 @@ which stays inside Parlour: `Delta`, `Calls` (the client's functions to run) and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -18,9 +18,12 @@ import pydantic
 
 from fitting.errors import ParlourError
 from voice.chat.thread import open_thread, remember
-from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
+from voice.turns.events import Calls, Delta, Done, Researched, ToolsRan, TurnRequest
 from voice.turns.service import Service
 from voice.validation import explain
+
+# A turn's events as the chat APIs send them: `answer` keeps research to itself.
+ChatEvent = Delta | Calls | Done
 
 
 class BadRequest(ParlourError, ValueError):
@@ -85,7 +88,7 @@ class ChatRequest:
     earlier_calls: bool = True
 
 
-async def answer(service: Service, owner: str, request: ChatRequest) -> AsyncIterator[TurnEvent]:
+async def answer(service: Service, owner: str, request: ChatRequest) -> AsyncGenerator[ChatEvent, None]:
     """The reply's events. Closing the iterator early cancels the reply; what was sent is kept."""
     session_id = await asyncio.to_thread(open_thread, service.store, owner, request.messages,
                                          service.config.instructions, request.device)
@@ -98,7 +101,7 @@ async def answer(service: Service, owner: str, request: ChatRequest) -> AsyncIte
     try:
         async for event in service.engine.respond(turn):
             match event:
-                case Researched():
+                case Researched() | ToolsRan():  # the service's own work: the reply tells what it found
                     continue
                 case Delta(piece):
                     text.append(piece)

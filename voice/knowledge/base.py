@@ -357,8 +357,10 @@ class KnowledgeBase:
         # Twice the rows, since texts that several documents share (GFDL 1.2's definitions are 1.3's)
         # are read once.
         rows = (self._ranked(match, 2 * limit, named) if named else []) or self._ranked(match, 2 * limit, None)
-        seen: set[str] = set()
-        rows = [row for row in rows if not (row[2] in seen or seen.add(row[2]))][:limit]
+        first_of_text: dict[str, tuple] = {}
+        for row in rows:
+            first_of_text.setdefault(row[2], row)
+        rows = list(first_of_text.values())[:limit]
         # BM25 scores are negative, best first: results far weaker than the best one are noise that
         # would cost the model seconds of prefill, so they are left out.
         best = rows[0][3] if rows else 0.0

@@ -41,7 +41,7 @@ from voice.store.sessions import SessionStore
 from voice.text.clock import without_clock
 from voice.text.sentences import Sentences
 
-SEARCH_TOOL = {
+SEARCH_TOOL: dict = {
     "type": "function",
     "function": {
         "name": "search",
@@ -183,7 +183,8 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
     ranked = sorted((not opens, -sum(weight[t] for t in shared), p, n, sentence)
                     for p, n, sentence, shared, opens in candidates)
     best = max((-negated for _, negated, _, _, _ in ranked), default=0.0)
-    chosen, used, opened = [], 0, set()
+    chosen: list[tuple[int, int, str]] = []
+    used, opened = 0, set()
     for later, negated, p, n, sentence in ranked:
         if chosen and later and (negated == 0 or -negated < floor * best):
             break

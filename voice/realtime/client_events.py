@@ -16,6 +16,7 @@ from http import HTTPStatus
 
 import pydantic
 from openai.types.realtime import realtime_client_event
+from openai.types.realtime.realtime_client_event import RealtimeClientEvent
 
 from fitting.errors import ParlourError
 from models.audio import AudioError
@@ -23,7 +24,7 @@ from voice.speech.audio import decode_audio
 from voice.validation import explain, json_value
 
 _UNION = typing.get_args(typing.get_args(realtime_client_event.RealtimeClientEvent)[0])
-EVENT_TYPES: dict[str, type[pydantic.BaseModel]] = {
+EVENT_TYPES: dict[str, type[RealtimeClientEvent]] = {
     typing.get_args(model.model_fields["type"].annotation)[0]: model for model in _UNION
 }
 
@@ -44,7 +45,7 @@ class Received:
     """One websocket message, read: its typed `event`, or the `problem` with it; an audio append's
     `audio` decoded."""
 
-    event: pydantic.BaseModel | None
+    event: RealtimeClientEvent | None
     problem: BadEvent | None = None
     audio: bytes | None = None
 
@@ -62,7 +63,7 @@ def read(raw: str | bytes) -> Received:
         return Received(event, BadEvent(str(error), error.code, "audio"))
 
 
-def parse(raw: str | bytes) -> pydantic.BaseModel:
+def parse(raw: str | bytes) -> RealtimeClientEvent:
     if isinstance(raw, bytes):
         raise BadEvent("binary frames are not supported: send JSON text events", "invalid_json")
     try:

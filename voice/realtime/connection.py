@@ -85,6 +85,13 @@ class Connection:
             self._stop_response()
             self.ws.transport.abort()
 
+    @property
+    def _started_protocol(self) -> RealtimeProtocol:
+        """The protocol, made as `run` begins: before any event is read or any work started."""
+        if self.protocol is None:
+            raise RuntimeError("the connection's protocol is used before run() made it")
+        return self.protocol
+
     def _stop_response(self) -> None:
         if self.protocol is not None and self.protocol.response is not None:
             self.protocol.response.cancel.set()
@@ -139,7 +146,7 @@ class Connection:
                 effects = happening()
             else:
                 self.unread.release()
-                effects = self.protocol.receive(happening)
+                effects = self._started_protocol.receive(happening)
             await self.carry_out(effects)
         except Exception as failure:  # a bug: said in-band, and the connection goes on
             log.exception("a client event failed")
@@ -196,7 +203,7 @@ class Connection:
                 changes = await asyncio.to_thread(self.detector.feed, chunk)
                 if self.detector.speaking:
                     self.service.engine.hearing()
-                await self.carry_out(self.protocol.speech_detected(changes, self.detector.speaking))
+                await self.carry_out(self._started_protocol.speech_detected(changes, self.detector.speaking))
             case _:
                 raise TypeError(f"no way to carry out {effect!r}")
 
@@ -212,7 +219,7 @@ class Connection:
             await self.send(events.error(f"the audio could not be transcribed: {failure}", "internal_error",
                                          "server_error"))
         finally:
-            self._report(functools.partial(self.protocol.transcribed, ok))
+            self._report(functools.partial(self._started_protocol.transcribed, ok))
 
     async def _draft(self, effect: TranscribeDraft) -> None:
         """Whisper on the audio so far, unless more events already wait: a client sending audio
@@ -226,11 +233,11 @@ class Connection:
         except Exception:  # a draft only saves time: the commit is transcribed in full instead
             log.exception("a draft transcription failed")
         finally:
-            self._report(functools.partial(self.protocol.drafted, effect.generation, draft))
+            self._report(functools.partial(self._started_protocol.drafted, effect.generation, draft))
 
     async def _respond(self, asked: AskedResponse) -> None:
         if self.closed:  # asked for before the client left: nobody would hear it
-            await self.carry_out(self.protocol.response_ended())
+            await self.carry_out(self._started_protocol.response_ended())
             return
         # The response to a commit is that turn's: its clock started at the commit, whether it
         # answers in speech or text. Any other response's starts now.
@@ -248,4 +255,4 @@ class Connection:
             log.exception("a response failed")
             await stream.fail(f"the response failed: {failure}", "internal_error")
         finally:
-            self._report(self.protocol.response_ended)
+            self._report(self._started_protocol.response_ended)

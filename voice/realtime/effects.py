@@ -135,5 +135,5 @@ class DetectSpeech:
     settings: VadSettings
 
 
-Effect = Send | SaveInstructions | Transcribe | TranscribeDraft | Respond | Cancel | AddItem | RetrieveItem | \
-    DeleteItem | TruncateItem | DetectSpeech
+Effect = Send | SaveInstructions | Transcribe | TranscribeDraft | Preempt | Respond | Cancel | AddItem | \
+    RetrieveItem | DeleteItem | TruncateItem | DetectSpeech

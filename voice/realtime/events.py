@@ -66,6 +66,8 @@ def item(stored: StoredMessage, audio: bool = False) -> dict:
                 "status": "completed"}
     if message.get("tool_calls"):
         call = message["tool_calls"][0]
+        if "server_label" in call:  # Parlour ran it on an MCP server; its result is the next item
+            return mcp_call_item(stored.item_id, call, None, None)
         return {"id": stored.item_id, "object": "realtime.item", "type": "function_call",
                 "call_id": call["id"], "name": call["function"]["name"],
                 "arguments": call["function"]["arguments"], "status": "completed"}
@@ -88,6 +90,13 @@ def items(stored: StoredMessage) -> list[dict]:
                               stored.status, stored.created)), "id": f"{stored.item_id}_{n}"}
         for n, c in enumerate(calls)
     ]
+
+
+def mcp_call_item(item_id: str, call: dict, output: str | None, error: dict | None) -> dict:
+    """A call Parlour ran on an MCP server (a stored call carries its `server_label`)."""
+    return {"id": item_id, "object": "realtime.item", "type": "mcp_call", "server_label": call["server_label"],
+            "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+            "approval_request_id": None, "output": output, "error": error}
 
 
 def assistant_item(item_id: str, text: str, status: str, audio: bool) -> dict:
@@ -123,8 +132,8 @@ def response(response_id: str, session_id: str, status: str, modalities: list[st
 # `usage` and `status`; every figure is in GET /v1/figures and the store.
 METADATA_LIMIT = 16
 METADATA_FIGURES = ("first_audio_ms", "ttft_ms", "stt_ms", "stt_draft", "queue_ms", "research_ms", "fit_ms", "total_ms",
-                    "evaluated_tokens", "prompt_tokens_fitted", "removed", "dropped", "summary", "summarized_ms", "fit_steps",
-                    "tool_calls")
+                    "evaluated_tokens", "prompt_tokens_fitted", "removed", "dropped", "summary", "summarized_ms",
+                    "fit_steps", "tool_calls")
 
 
 def response_metadata(client: dict | None, figures: dict | None) -> dict | None:

@@ -160,6 +160,7 @@ class RealtimeProtocol:
         try:
             if received.problem is not None:
                 raise received.problem
+            assert event is not None  # `read` gives the event or its problem
             if received.audio is not None:
                 return self._append_audio(received.audio)
             return CLIENT_EVENTS[event.type](self, event)
@@ -182,7 +183,7 @@ class RealtimeProtocol:
         waiting = self.drafts.finish(generation)
         if waiting is not None:
             return [waiting.transcription(draft)]
-        if self.drafts.keep(generation, draft):
+        if draft is not None and self.drafts.keep(generation, draft):
             return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice, draft.settled)]
         return []
 
@@ -192,21 +193,25 @@ class RealtimeProtocol:
 
     def speech_detected(self, changes: list[tuple[str, int]], speaking: bool) -> list[Effect]:
         """Hands-free: voice activity changes in the audio fed so far, and whether speech goes on."""
+        vad = self.vad
+        if vad is None:  # no longer hands-free: what the detector heard commits nothing
+            return []
         effects: list[Effect] = []
         for change, at_ms in changes:
             if change == "started":
                 self.speech_item = new_id("item")
                 effects.append(Send(events.event("input_audio_buffer.speech_started", audio_start_ms=at_ms,
                                                  item_id=self.speech_item)))
-                if self.state is RESPONDING and self.vad.interrupt_response:  # talking over the reply stops it
+                if self.state is RESPONDING and vad.interrupt_response:  # talking over the reply stops it
                     effects += self._happen("barge_in")
             else:
                 effects.append(Send(events.event("input_audio_buffer.speech_stopped", audio_end_ms=at_ms,
                                                   item_id=self.speech_item)))
-                follow = self._new_response(None) if self.vad.create_response else None
+                assert self.speech_item is not None  # speech stops only after it started
+                follow = self._new_response(None) if vad.create_response else None
                 effects += self._happen("commit", self._commit(self.speech_item, follow))
         if not speaking:  # keep only the padding that goes before speech
-            self.audio.keep_last(self.vad.prefix_padding_ms)
+            self.audio.keep_last(vad.prefix_padding_ms)
         return effects
 
     # The lifecycle ---------------------------------------------------------------------------------
@@ -249,6 +254,7 @@ class RealtimeProtocol:
         return [Respond(response)]
 
     def _cancel(self, happening: str, payload: object) -> list[Effect]:
+        assert self.response is not None  # only RESPONDING cancels, and a response is running then
         return [Cancel(self.response)]
 
     def _add_item(self, happening: str, effect: AddItem) -> list[Effect]:
@@ -269,8 +275,9 @@ class RealtimeProtocol:
         output = update.audio.output if update.audio else None
         speed = options.speed(output.speed) if output is not None and output.speed is not None else self.speed
         audio_input = update.audio.input if update.audio else None
+        detection = audio_input.turn_detection if audio_input is not None else None
         detection_given = audio_input is not None and "turn_detection" in audio_input.model_fields_set
-        vad = options.turn_detection(audio_input.turn_detection) if detection_given else self.vad
+        vad = options.turn_detection(detection) if detection_given else self.vad
         tools = options.function_tools(update.tools, "session.tools") if update.tools is not None else self.tools
         choice = (options.tool_choice(update.tool_choice, "session.tool_choice")
                   if update.tool_choice is not None else self.tool_choice)

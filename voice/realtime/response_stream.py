@@ -24,13 +24,15 @@ from voice.realtime.effects import AskedResponse
 from voice.realtime.items import Items, Send
 from voice.speech.audio import audio_delta
 from voice.speech.speaker import Speaker
-from voice.turns.engine import TurnEngine
-from voice.turns.events import Calls, Delta, Researched, TurnRequest
+from voice.store.sessions import StoredMessage
+from voice.tools.mcp import McpFailure
+from voice.turns.events import Calls, Delta, Researched, ToolsRan, TurnRequest
 from voice.turns.figures import TurnFigures
+from voice.turns.service import Turns
 
 
 class ResponseStream:
-    def __init__(self, asked: AskedResponse, engine: TurnEngine, items: Items, tts: TextToSpeech, send: Send,
+    def __init__(self, asked: AskedResponse, engine: Turns, items: Items, tts: TextToSpeech, send: Send,
                  figures: TurnFigures | None = None):
         """`figures` is the turn's record if its clock started before (at a commit)."""
         self.asked, self.engine, self.items, self.tts, self.send = asked, engine, items, tts, send
@@ -62,6 +64,8 @@ class ResponseStream:
                         await self._announce_research(stored)
                     case Calls(stored=stored):
                         await self._announce_calls(stored)
+                    case ToolsRan(stored, failures):
+                        await self._announce_tools_ran(stored, failures)
                     case Delta(piece):
                         if self.message_index is None:
                             await self._open_message()
@@ -138,6 +142,34 @@ class ResponseStream:
                                              output_index=index, item=item))
                 await self.send(events.event("conversation.item.done", previous_item_id=previous, item=item))
                 self.output.append(item)
+
+    async def _announce_tools_ran(self, stored: list[StoredMessage], failures: list[McpFailure | None]) -> None:
+        """Calls Parlour ran on an MCP server, as the GA protocol tells them: each an `mcp_call`
+        output item, its arguments, then whether it completed or failed, with its output or error."""
+        called, results = stored[0], stored[1:]
+        for n, (call, result, failure) in enumerate(zip(called.message["tool_calls"], results, failures,
+                                                        strict=True)):
+            index = len(self.output) + (self.message_index is not None)
+            item_id = f"{called.item_id}_{n}" if len(results) > 1 else called.item_id
+            item = events.mcp_call_item(item_id, call, None, None)
+            ids = {"item_id": item_id, "output_index": index}
+            arguments = call["function"]["arguments"]
+            await self.send(events.event("response.output_item.added", response_id=self.asked.id,
+                                         output_index=index, item={**item, "arguments": ""}))
+            previous = await self._added({**item, "arguments": ""})
+            await self.send(events.event("response.mcp_call_arguments.delta", response_id=self.asked.id, **ids,
+                                         delta=arguments))
+            await self.send(events.event("response.mcp_call_arguments.done", response_id=self.asked.id, **ids,
+                                         arguments=arguments))
+            await self.send(events.event("response.mcp_call.in_progress", **ids))
+            done = events.mcp_call_item(item_id, call, None if failure else result.message["content"],
+                                        failure.shape if failure else None)
+            await self.send(events.event("response.mcp_call.failed" if failure else "response.mcp_call.completed",
+                                         **ids))
+            await self.send(events.event("response.output_item.done", response_id=self.asked.id,
+                                         output_index=index, item=done))
+            await self.send(events.event("conversation.item.done", previous_item_id=previous, item=done))
+            self.output.append(done)
 
     async def _finish(self, text: str) -> None:
         """The message's .done events, then `response.done` with the turn's figures."""

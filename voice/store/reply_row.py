@@ -48,7 +48,8 @@ class ReplyRow:
         """Store messages (research found mid-reply) ahead of the reply, where they happened."""
         return await asyncio.to_thread(self.store.insert_before, self.session_id, self.item_id, messages)
 
-    async def finish(self, text: str, status: str, figures: dict) -> StoredMessage:
+    async def finish(self, text: str, status: str, figures: dict) -> StoredMessage | None:
+        """The reply's final row; None if it was deleted meanwhile (conversation.item.delete)."""
         await self._write(text, status, figures)
         self.finished = True
         return await asyncio.to_thread(self.store.message, self.session_id, self.item_id)

@@ -12,6 +12,7 @@ loses what was said or heard; at start the service marks replies left `in_progre
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import sqlite3
@@ -143,6 +144,7 @@ class SessionStore:
         self._write("UPDATE sessions SET instructions = ?, updated = ? WHERE id = ?",
                     (instructions, time.time(), session_id))
 
+    # Past this method, `list` in the class's annotations names it: they say builtins.list.
     def list(self, owner: str | None = None) -> list[SessionInfo]:
         """Sessions, newest activity first; with `owner`, only that owner's."""
         where, args = ("WHERE s.owner = ?", (owner,)) if owner is not None else ("", ())
@@ -205,7 +207,8 @@ class SessionStore:
                 self._insert(session_id, self._next_position(session_id), item_id,
                              {"role": "assistant", "content": content}, status, figures)
 
-    def insert_before(self, session_id: str, item_id: str, messages: list[dict]) -> list[StoredMessage]:
+    def insert_before(self, session_id: str, item_id: str,
+                      messages: builtins.list[dict]) -> builtins.list[StoredMessage]:
         """Store `messages` just ahead of the message `item_id` (at the end if it is not stored)."""
         with self._transaction():
             row = self._db.execute("SELECT position FROM messages WHERE session_id = ? AND item_id = ?",
@@ -243,7 +246,7 @@ class SessionStore:
                                       "status != 'deleted' ORDER BY position DESC LIMIT 1", (session_id, at)).fetchone()
             return stored, before["item_id"] if before else None
 
-    def delete_item(self, session_id: str, item_id: str) -> list[str]:
+    def delete_item(self, session_id: str, item_id: str) -> builtins.list[str]:
         """Take an item out of the conversation (a tool call takes its outputs with it); the rows stay,
         marked `deleted`, so an export still shows them. Returns the ids deleted; none if not found."""
         with self._transaction():
@@ -289,10 +292,10 @@ class SessionStore:
         self._write("UPDATE messages SET content = ?, status = ? WHERE session_id = ? AND item_id = ?",
                     (content, status, session_id, item_id))
 
-    def messages(self, session_id: str, deleted: bool = False) -> list[StoredMessage]:
+    def messages(self, session_id: str, deleted: bool = False) -> builtins.list[StoredMessage]:
         """The session's messages in order; `deleted=True` includes those taken out of it."""
-        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND (? OR status != 'deleted') ORDER BY position",
-                          (session_id, deleted))
+        rows = self._read("SELECT * FROM messages WHERE session_id = ? AND (? OR status != 'deleted') "
+                          "ORDER BY position", (session_id, deleted))
         return [_stored(row) for row in rows]
 
     def last_message(self, session_id: str) -> StoredMessage | None:
@@ -306,14 +309,14 @@ class SessionStore:
                           (session_id, item_id))
         return _stored(rows[0]) if rows else None
 
-    def transcript(self, session_id: str) -> list[dict]:
+    def transcript(self, session_id: str) -> builtins.list[dict]:
         """The fitting input: the system prompt, then every stored message in order, except a reply
         still being written (it is the answer the prompt is for)."""
         system = {"role": "system", "content": self.instructions(session_id)}
         return [system] + [stored.message for stored in self.messages(session_id) if stored.status != "in_progress"]
 
     # Fitting state ----------------------------------------------------------------------------
-    def fit_state(self, session_id: str) -> tuple[list[int], Summary | None]:
+    def fit_state(self, session_id: str) -> tuple[builtins.list[int], Summary | None]:
         """Last turn's removals (transcript indices) and the newest stored summary."""
         removed = json.loads(self._check(session_id, None)["removed"])
         rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end DESC, "
@@ -321,19 +324,19 @@ class SessionStore:
         summary = Summary(rows[0]["start"], rows[0]["end"], rows[0]["text"]) if rows else None
         return removed, summary
 
-    def save_removed(self, session_id: str, removed: list[int]) -> None:
+    def save_removed(self, session_id: str, removed: builtins.list[int]) -> None:
         self._write("UPDATE sessions SET removed = ? WHERE id = ?", (json.dumps(removed), session_id))
 
     def save_summary(self, session_id: str, summary: Summary) -> None:
         self._write("INSERT OR REPLACE INTO summaries (session_id, start, end, text, created) VALUES (?, ?, ?, ?, ?)",
                     (session_id, summary.start, summary.end, summary.text, time.time()))
 
-    def summaries(self, session_id: str) -> list[Summary]:
+    def summaries(self, session_id: str) -> builtins.list[Summary]:
         rows = self._read("SELECT start, end, text FROM summaries WHERE session_id = ? ORDER BY end", (session_id,))
         return [Summary(r["start"], r["end"], r["text"]) for r in rows]
 
     # What the user said in other sessions (voice.knowledge.recall) -----------------------------------------
-    def said_elsewhere(self, session_id: str, match: str, limit: int) -> list[tuple[str, float, float]]:
+    def said_elsewhere(self, session_id: str, match: str, limit: int) -> builtins.list[tuple[str, float, float]]:
         """The user's messages matching the FTS5 query `match`, best first by BM25, from the other
         sessions of the owner of `session_id` (never another owner's): (text, time said, score). A message
         answered by a call to a client's function was a command (Home Assistant's "turn on the
@@ -368,7 +371,7 @@ class SessionStore:
                        (owner, key, session_id, time.time()))
 
     # Export and import ------------------------------------------------------------------------
-    def import_messages(self, messages: list[dict], owner: str = "", default_instructions: str = "") -> str:
+    def import_messages(self, messages: builtins.list[dict], owner: str = "", default_instructions: str = "") -> str:
         """A new session from a JSON list of chat messages (a leading system message sets its instructions)."""
         instructions = default_instructions
         if messages and messages[0].get("role") == "system":

@@ -55,12 +55,13 @@ class Delivery:
         that only called the client's functions has no words to store."""
         if self.voice is not None:
             await self.voice.finish()
-        figures.end("interrupted" if cancel.is_set() or figures.finish_reason == "cancelled" else "complete")
+        status = "interrupted" if cancel.is_set() or figures.finish_reason == "cancelled" else "complete"
+        figures.end(status)
         if not self.text and figures.tool_calls:
             return None
         # A spoken reply keeps its sentences' audio offsets, for conversation.item.truncate.
         timeline = {"timeline": self.voice.timeline} if self.voice is not None else {}
-        return await self.row.finish(self.text, figures.status, {**figures.as_json(), **timeline})
+        return await self.row.finish(self.text, status, {**figures.as_json(), **timeline})
 
     async def keep_delivered(self, figures: TurnFigures) -> None:
         """The turn failed or was stopped from outside: what was spoken (whole sentences), or the

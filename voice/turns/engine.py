@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractContextManager
 from http import HTTPStatus
 
@@ -30,8 +30,9 @@ from models.tool_schema import fit_call, made_up
 from voice.knowledge.research import SEARCH_IN_WORDS, SEARCH_TOOL, Research
 from voice.store.reply_row import ReplyRow
 from voice.store.sessions import SessionStore, new_id
+from voice.tools.toolbox import Toolbox
 from voice.turns.delivery import Delivery
-from voice.turns.events import Calls, Delta, Done, Researched, TurnEvent, TurnRequest
+from voice.turns.events import Calls, Delta, Done, Researched, ToolsRan, TurnEvent, TurnRequest
 from voice.turns.figures import TurnFigures, ms
 from voice.turns.model_queue import ModelQueue, in_worker
 from voice.turns.preemption import Preemptions
@@ -55,7 +56,8 @@ class TurnEngine:
         self.max_queue, self.temperature = max_queue, temperature
         self.prompt = TurnPrompt(llm, store, context, reply_tokens)
         self.queue = ModelQueue(max_inflight)
-        self.upkeep = Upkeep(llm, self.prompt, self.queue, self._offer([]))
+        self.toolbox: Toolbox | None = None  # the configured MCP servers' tools (use_tools)
+        self.upkeep = Upkeep(llm, self.prompt, self.queue, self._offer([], None))
         self.preemptions = Preemptions(llm, self.prompt, research, self.queue)
         self._waiting = 0
         self.recent: list[TurnFigures] = []  # the last turns' figures, newest last (GET /v1/figures)
@@ -88,7 +90,7 @@ class TurnEngine:
         """A draft made while the key is held heard `question`: research it and evaluate its
         prompt ahead, the question too if the draft is `settled` (voice.turns.preemption)."""
         self.preemptions.start(request.session_id, question, request.spoken, settled, request.instructions,
-                               self._offer(request.offered_tools()))
+                               self._offer(request.offered_tools(), self._toolbox(request)))
 
     def forget_guesses(self, session_id: str) -> None:
         """The session's client has gone: its drafts' guesses are dropped."""
@@ -112,11 +114,26 @@ class TurnEngine:
         await self.preemptions.idle()
         await self.upkeep.idle()
 
-    def _offer(self, client: list[dict]) -> Offer:
-        return offer(self.research.policy == "model", client, self.llm.knows_tools)
+    def use_tools(self, toolbox: Toolbox) -> None:
+        """Offer `toolbox`'s tools on every turn whose client brings no tools of its own."""
+        self.toolbox = toolbox
+        self.upkeep.offer = self._offer([], toolbox)  # warm-ups keep the prompt's prefix the turns use
+
+    @property
+    def runs_tools(self) -> bool:
+        """Whether turns without the client's tools are offered tools Parlour runs itself."""
+        return bool(self.toolbox and self.toolbox.specs)
+
+    def _toolbox(self, request: TurnRequest) -> Toolbox | None:
+        """The tools Parlour runs itself this turn: the request's own, else the configured ones
+        unless the client brings tools (Home Assistant's Ollama integration brings its own)."""
+        return request.toolbox if request.toolbox is not None else None if request.tools else self.toolbox
+
+    def _offer(self, client: list[dict], toolbox: Toolbox | None) -> Offer:
+        return offer(self.research.policy == "model", client + (toolbox.specs if toolbox else []), self.llm.knows_tools)
 
     # A turn ----------------------------------------------------------------------------------
-    async def respond(self, request: TurnRequest) -> AsyncIterator[TurnEvent]:
+    async def respond(self, request: TurnRequest) -> AsyncGenerator[TurnEvent, None]:
         """The turn's events, as `voice.turns.events` describes them; `Done` comes last."""
         figures = request.figures
         figures.session_id = request.session_id
@@ -154,7 +171,7 @@ class TurnEngine:
         # user said in other conversations misled its device commands, so only the knowledge
         # base, where it bears on the question, is searched (a draft's research recalled too).
         recall = not request.offered_tools()
-        exchange = None  # not researched yet
+        exchange: list[dict] | None = None  # not researched yet
         if not question:
             exchange = []  # function results are the evidence
         elif recall:  # the research of a draft that heard this question, if one did
@@ -174,6 +191,14 @@ class TurnEngine:
                 figures.tool_calls = len(event.calls)
             yield event
 
+    async def _run_tools(self, calls: list[dict], toolbox: Toolbox, row: ReplyRow) -> ToolsRan:
+        """Run the reply's calls to Parlour's own tools, one after another (a later one may depend
+        on what an earlier one did), and store the exchange before the reply."""
+        answers = [await toolbox.run(call) for call in calls]
+        called = [{**call, "server_label": toolbox.tool(call["function"]["name"]).server.label} for call in calls]
+        exchange = [{"role": "assistant", "content": None, "tool_calls": called}] + [message for message, _ in answers]
+        return ToolsRan(await row.insert_before(exchange), [failure for _, failure in answers])
+
     async def _fit(self, request: TurnRequest, offered: Offer) -> FitResult:
         figures, started = request.figures, time.perf_counter()
         budget = self.prompt.budget_for(request.context, request.max_tokens)
@@ -187,14 +212,19 @@ class TurnEngine:
     async def _generate(self, request: TurnRequest, row: ReplyRow, question: str,
                         researched: bool = False) -> AsyncIterator[TurnEvent]:
         """Fit and stream, at most twice: under the `model` policy a reply that calls `search`
-        runs it, and the second attempt answers from what it found. `researched`: the question's
-        `auto` research is in the prompt (read before the question: evidence_first)."""
-        unused, announced = "", False  # announced: bool | str, as `must_call` takes it
-        client = request.offered_tools()
+        runs it, and the second attempt answers from what it found. With tools Parlour runs itself
+        (an MCP server's), a third attempt may answer from their results. `researched`: the
+        question's `auto` research is in the prompt (read before the question: evidence_first)."""
+        unused = ""
+        announced: bool | str = False  # as `must_call` takes it
+        toolbox = self._toolbox(request)
+        # The client's functions and the tools Parlour runs: both are called as the schemas say.
+        client = request.offered_tools() + (toolbox.specs if toolbox else [])
         client_names = {t["function"]["name"] for t in client}
-        offered = self._offer(client)  # the same on both attempts: the prompt's prefix stays
+        offered = self._offer(request.offered_tools(), toolbox)  # the same on every attempt: the prefix stays
         temperature = self.temperature if request.temperature is None else request.temperature
-        for attempt in range(2):
+        attempts = 3 if toolbox else 2
+        for attempt in range(attempts):
             ask_model = self.research.policy == "model" and attempt == 0
             result = await self._fit(request, offered)
             # After the results, the reply may not open with a call: small models repeat theirs. A
@@ -236,17 +266,23 @@ class TurnEngine:
             said = " ".join(str(m.get("content") or "") for m in result.messages) if calls else ""
             calls = [fit_call(c, client, said) for c in calls]
             invented = retry_as_call and not scanner.released and calls and all(made_up(c, client, said) for c in calls)
-            if calls and not invented:
+            ours = [c for c in calls if toolbox and c["function"]["name"] in toolbox]
+            if calls and not invented and len(ours) < len(calls):
                 # A call or words, never both: the words held with a call introduce it ("I will use
                 # the GetLiveContext tool"), and Home Assistant would speak them.
-                yield Calls(calls)  # the client runs them and asks again
+                yield Calls([c for c in calls if c not in ours])  # the client runs them and asks again
                 return
+            if ours and not invented and toolbox and attempt < attempts - 1:
+                yield await self._run_tools(ours, toolbox, row)
+                announced = False  # the next attempt answers from the results
+                continue
             calls = [c for c in parsed.calls + parsed.unknown if c["function"]["name"] not in client_names] \
                 if ask_model else []
             # One that said nothing but a call the question did not ask for (an argument it made
             # up, a tool that does not exist: small models invent `add`) or a call cut off by the
             # length limit is asked again for words (a second attempt may not open with a call).
-            if retry_as_call and not calls and (scanner.announced or not scanner.released and (invented or parsed.unknown)):
+            if retry_as_call and not calls and (
+                    scanner.announced or not scanner.released and (invented or parsed.unknown)):
                 named = [name for name in scanner.named if name in client_names]
                 announced = (named[0] if len(named) == 1 else True) if scanner.announced else False
                 continue

@@ -2,7 +2,9 @@
 
 A front end asks for a turn with a `TurnRequest` and reads the engine's `TurnEvent`s as they come:
 `Researched` (research was stored), `Delta` (reply text), `Calls` (the reply called the client's
-functions; stored, and the turn ends so the client can run them), and always last `Done`.
+functions; stored, and the turn ends so the client can run them), `ToolsRan` (Parlour ran the
+reply's calls to an MCP server's tools and stored them; the reply goes on from their results), and
+always last `Done`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 
 from voice.store.sessions import StoredMessage
+from voice.tools.mcp import McpFailure
+from voice.tools.toolbox import Toolbox
 from voice.turns.delivery import Voice
 from voice.turns.figures import TurnFigures
 
@@ -47,6 +51,7 @@ class TurnRequest:
     earlier_calls: bool = True
     context: int | None = None
     voice: Voice | None = None
+    toolbox: Toolbox | None = None  # tools Parlour runs itself for this turn, in place of the configured ones
     item_id: str | None = None  # the reply's item id; a new one if None
     figures: TurnFigures = field(default_factory=TurnFigures)
 
@@ -93,6 +98,16 @@ class Calls:
 
 
 @dataclass
+class ToolsRan:
+    """The reply called tools Parlour runs itself (an MCP server's), and they ran: the call and its
+    results are `stored` (`failures[n]` says why the n-th call failed, if it did), and the model
+    answers from them."""
+
+    stored: list[StoredMessage]
+    failures: list[McpFailure | None]
+
+
+@dataclass
 class Done:
     """The turn is over: the reply `stored` (if the engine stored it) and the turn's `figures`."""
 
@@ -100,4 +115,4 @@ class Done:
     stored: list[StoredMessage] = field(default_factory=list)
 
 
-TurnEvent = Researched | Delta | Calls | Done
+TurnEvent = Researched | Delta | Calls | ToolsRan | Done

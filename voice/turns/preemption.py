@@ -59,7 +59,7 @@ class Guess:
     question: str
     spoken: bool
     settled: bool
-    research: asyncio.Task
+    research: asyncio.Task[list[dict]]
     stop: threading.Event = field(default_factory=threading.Event)
     history: list[dict] | None = None
     tools: list[dict] | None = None
@@ -104,8 +104,10 @@ class Preemptions:
         if earlier is not None:
             earlier.stop.set()
         loop = asyncio.get_running_loop()
-        research = earlier.research if earlier is not None and (earlier.question, earlier.spoken) == (question, spoken) \
-            else loop.create_task(asyncio.to_thread(self.research.for_question, question, spoken, session_id))
+        if earlier is not None and (earlier.question, earlier.spoken) == (question, spoken):
+            research = earlier.research
+        else:
+            research = loop.create_task(asyncio.to_thread(self.research.for_question, question, spoken, session_id))
         guess = self.guesses[session_id] = Guess(session_id, question, spoken, settled, research,
                                                  batches=earlier.batches if earlier is not None else [])
         task = loop.create_task(self._prefill(guess, instructions, offer))
@@ -123,7 +125,7 @@ class Preemptions:
         figures.preempted = same_words(guess.question, question) and guess.spoken == spoken
         figures.preempted_tokens = guess.evaluated_by(figures.started)
         figures.preempted_late_tokens = guess.evaluated - figures.preempted_tokens
-        exchange = None
+        exchange: list[dict] | None = None
         if figures.preempted:
             try:
                 exchange = await guess.research

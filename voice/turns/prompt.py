@@ -11,6 +11,7 @@ run in a worker thread while the caller holds the model.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from fitting import FitError, FitResult, Summary, fit
 from fitting.summary import chunk_messages, summarize, summary_room, words_within
@@ -72,7 +73,7 @@ class TurnPrompt:
         return None if result.dropped else result
 
     def _fit_session(self, session_id: str, instructions: str | None, offer: Offer, budget: int,
-                     condense_with, unstored: list[dict] = ()) -> FitResult:
+                     condense_with, unstored: Sequence[dict] = ()) -> FitResult:
         transcript = self.store.transcript(session_id) + list(unstored)
         if instructions is not None:
             transcript[0] = {"role": "system", "content": instructions}
@@ -83,6 +84,8 @@ class TurnPrompt:
         """What the next turn's prompt will start with, fitted as that turn will fit it: a new
         session's system prompt (`instructions`), or a stored session's history. Its last message
         is the question to come, which is empty."""
+        removed: list[int]
+        summary: Summary | None
         if session_id is None:
             transcript, removed, summary = [{"role": "system", "content": instructions}], [], None
         else:
@@ -97,7 +100,8 @@ class TurnPrompt:
         declared (their tokens off the budget), last turn's removals kept, and the low-water mark if any."""
         transcript = compact_calls(transcript)
         if offer.instructions:
-            transcript[0] = {"role": "system", "content": f"{transcript[0].get('content') or ''}\n\n{offer.instructions}"}
+            transcript[0] = {"role": "system",
+                             "content": f"{transcript[0].get('content') or ''}\n\n{offer.instructions}"}
         room = budget - self.llm.tools_tokens(offer.native)
         if not any(m["role"] == "user" for m in transcript):
             # Nothing asked yet (a greeting): the instructions and whatever the conversation holds.

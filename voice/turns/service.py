@@ -7,7 +7,7 @@ guesses.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -22,7 +22,7 @@ from voice.turns.events import TurnEvent, TurnRequest
 class Turns(Protocol):
     """The turn engine as the front ends see it (`voice.turns.engine.TurnEngine`)."""
 
-    def respond(self, request: TurnRequest) -> AsyncIterator[TurnEvent]: ...
+    def respond(self, request: TurnRequest) -> AsyncGenerator[TurnEvent, None]: ...
 
     def preempt(self, request: TurnRequest, question: str, settled: bool = True) -> None: ...
 
@@ -34,6 +34,9 @@ class Turns(Protocol):
 
     @property
     def context(self) -> int: ...
+
+    @property
+    def runs_tools(self) -> bool: ...
 
 
 class Service(Protocol):

@@ -35,5 +35,7 @@ def describe(service: Service) -> Info:
                         version=ours, voices=[voice], supports_synthesize_streaming=True)],
         handle=[HandleProgram(name="parlour", description="Parlour, a local assistant that remembers",
                               attribution=parlour, installed=True, version=ours, models=[assistant],
-                              supports_handled_streaming=True)],
+                              supports_handled_streaming=True,
+                              # With an MCP server's tools (Home Assistant's own), a transcript is acted on.
+                              supports_home_control=service.engine.runs_tools)],
     )

@@ -1,0 +1,59 @@
+"""The tools a turn runs itself, by the name the model calls them: those of the MCP servers.
+
+`Toolbox.gather` lists each server's tools once; a server that cannot be listed is left out (and
+said why), and the others serve. A name two servers share is offered as `LABEL__NAME` for each.
+`run` answers a model's call with the tool message it reads, and, when the call failed, the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from voice.tools.mcp import McpFailure, McpServer, McpTool, call_tool, list_tools
+
+log = logging.getLogger("parlour")
+
+
+class Toolbox:
+    def __init__(self, tools: list[McpTool]):
+        names = [tool.name for tool in tools]
+        self._tools = {tool.name if names.count(tool.name) == 1 else f"{tool.server.label}__{tool.name}": tool
+                       for tool in tools}
+
+    @classmethod
+    async def gather(cls, servers: list[McpServer]) -> Toolbox:
+        listed = await asyncio.gather(*(list_tools(server) for server in servers), return_exceptions=True)
+        tools: list[McpTool] = []
+        for server, found in zip(servers, listed, strict=True):
+            if isinstance(found, McpFailure):
+                log.warning("the tools of MCP server %r are not offered: %s", server.label, found)
+            elif isinstance(found, BaseException):
+                raise found
+            else:
+                tools += found
+        return cls(tools)
+
+    @property
+    def specs(self) -> list[dict]:
+        """The tools as the model is offered them (OpenAI functions), under the names it calls."""
+        return [{"type": "function", "function": {**tool.spec["function"], "name": name}}
+                for name, tool in self._tools.items()]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def tool(self, name: str) -> McpTool:
+        return self._tools[name]
+
+    async def run(self, call: dict) -> tuple[dict, McpFailure | None]:
+        """The tool message answering `call` (an OpenAI tool call to one of these tools)."""
+        tool = self._tools[call["function"]["name"]]
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+        failure: McpFailure | None = None
+        try:
+            text = await call_tool(tool.server, tool.name, arguments if isinstance(arguments, dict) else {})
+        except McpFailure as error:
+            text, failure = f"Error: {error}", error
+        return {"role": "tool", "tool_call_id": call["id"], "content": text}, failure
