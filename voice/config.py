@@ -100,6 +100,10 @@ class Config:
                                             "brings no tools of its own", default_factory=list)
     mcp_tokens: list[str] = described(help="comma-separated LABEL=VARIABLE: the environment variable that holds the "
                                            "bearer token of mcp_servers' LABEL", default_factory=list)
+    mcp_allowed_urls: list[str] = described(help="comma-separated URLs a Realtime client's own mcp tools may reach: "
+                                                 "a server_url equal to an entry, or under an entry that ends in "
+                                                 "/ (default: none, so a page cannot reach into the user's network)",
+                                            default_factory=list)
     max_queue: int = described(8, "turns that may wait for the model before server_busy")
     max_connections: int = described(32, "open websocket connections; more are refused with 503")
     max_text_chars: int = described(32_000, "longest text message accepted")

@@ -18,7 +18,7 @@ import pydantic
 
 from fitting.errors import ParlourError
 from voice.chat.thread import open_thread, remember
-from voice.turns.events import Calls, Delta, Done, Researched, ToolsRan, TurnRequest
+from voice.turns.events import ApprovalAsked, Calls, Delta, Done, Researched, ToolsRan, TurnRequest
 from voice.turns.service import Service
 from voice.validation import explain
 
@@ -102,6 +102,8 @@ async def answer(service: Service, owner: str, request: ChatRequest) -> AsyncGen
         async for event in service.engine.respond(turn):
             match event:
                 case Researched() | ToolsRan():  # the service's own work: the reply tells what it found
+                    continue
+                case ApprovalAsked():  # only a Realtime client's own MCP tools wait for approval
                     continue
                 case Delta(piece):
                     text.append(piece)

@@ -21,15 +21,17 @@ import logging
 from websockets.exceptions import ConnectionClosed
 
 from fitting.errors import ParlourError
-from voice.realtime import client_events, events
+from voice.realtime import approvals, client_events, events
 from voice.realtime.client_events import BadEvent
 from voice.realtime.effects import (
     AddItem,
+    AnswerApproval,
     AskedResponse,
     Cancel,
     DeleteItem,
     DetectSpeech,
     Effect,
+    ListMcpTools,
     Preempt,
     Respond,
     RetrieveItem,
@@ -44,6 +46,7 @@ from voice.realtime.protocol import RealtimeProtocol
 from voice.realtime.response_stream import ResponseStream
 from voice.realtime.transcription import Transcription
 from voice.realtime.turn_detection import SpeechDetector, VadSettings
+from voice.tools.mcp import McpFailure, McpTool, list_tools
 from voice.turns.engine import ServerBusy
 from voice.turns.events import TurnRequest
 from voice.turns.figures import TurnFigures
@@ -103,7 +106,8 @@ class Connection:
         # A session starts hands-free, with server VAD, as the GA API's do: a client left at its
         # defaults (Pipecat's) otherwise waits for a commit it never sends.
         self.protocol = RealtimeProtocol(self.session_id, instructions, self.service.voice_name,
-                                         config.max_audio_seconds, config.max_text_chars, VadSettings())
+                                         config.max_audio_seconds, config.max_text_chars, VadSettings(),
+                                         config.mcp_allowed_urls)
         reader = asyncio.get_running_loop().create_task(self._read())
         try:
             await self.carry_out(self.protocol.opened())
@@ -181,15 +185,19 @@ class Connection:
                 self._start(self._transcribe(effect))
             case TranscribeDraft():
                 self._start(self._draft(effect))
-            case Preempt(question, spoken, tools, tool_choice, settled):
+            case Preempt(question, spoken, tools, tool_choice, settled, toolbox):
                 self.service.engine.preempt(TurnRequest(self.session_id, tools=tools, tool_choice=tool_choice,
-                                                        spoken=spoken), question, settled)
+                                                        spoken=spoken, toolbox=toolbox), question, settled)
             case Respond(asked):
                 await self._respond(asked)
             case Cancel(asked):
                 asked.cancel.set()
             case AddItem(message, item_id, after):
                 await self.items.add(message, item_id, after)
+            case ListMcpTools():
+                self._start(self._list_mcp_tools(effect))
+            case AnswerApproval():
+                await approvals.answer(effect, self.items)
             case RetrieveItem(item_id):
                 await self.items.retrieve(item_id)
             case DeleteItem(item_id):
@@ -220,6 +228,15 @@ class Connection:
                                          "server_error"))
         finally:
             self._report(functools.partial(self._started_protocol.transcribed, ok))
+
+    async def _list_mcp_tools(self, effect: ListMcpTools) -> None:
+        found: list[McpTool] | McpFailure
+        try:
+            found = await list_tools(effect.server)
+        except McpFailure as failure:
+            found = failure
+        self._report(functools.partial(self._started_protocol.mcp_tools_listed, effect.server.label,
+                                       effect.item_id, found))
 
     async def _draft(self, effect: TranscribeDraft) -> None:
         """Whisper on the audio so far, unless more events already wait: a client sending audio

@@ -1,7 +1,7 @@
 """What `voice.realtime.protocol` asks the connection to do: each effect is a small frozen record,
 carried out in order by `voice.realtime.connection`. Work that takes long (a transcription, a
-response) is reported back to the protocol when it ends (`transcribed`, `drafted`,
-`response_ended`, `speech_detected`)."""
+response, a listing of an MCP server's tools) is reported back to the protocol when it ends
+(`transcribed`, `drafted`, `response_ended`, `speech_detected`, `mcp_tools_listed`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import threading
 from dataclasses import dataclass, field
 
 from voice.realtime.turn_detection import VadSettings
+from voice.tools.mcp import McpServer
+from voice.tools.toolbox import Toolbox
 
 
 @dataclass
@@ -25,6 +27,7 @@ class AskedResponse:
     tool_choice: str | dict | None
     metadata: dict | None
     speed: float = 1.0  # of its speech
+    toolbox: Toolbox | None = None  # the MCP tools the client brought, as listed; None: it brought none
     cancel: threading.Event = field(default_factory=threading.Event)  # set to stop it
 
     @property
@@ -73,6 +76,7 @@ class Preempt:
     tools: list[dict]
     tool_choice: str | dict
     settled: bool = True
+    toolbox: Toolbox | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,26 @@ class AddItem:
 
 
 @dataclass(frozen=True)
+class ListMcpTools:
+    """List the tools of a session's MCP server in the background (its `mcp_list_tools` item is
+    `item_id`), and report them, or the failure, with `mcp_tools_listed`."""
+    server: McpServer
+    item_id: str
+
+
+@dataclass(frozen=True)
+class AnswerApproval:
+    """The client's answer to an approval request (an `mcp_approval_response` item): run the call
+    with `toolbox` if `approve`, store its result (or that the user declined) and announce it."""
+    item_id: str
+    approval_request_id: str
+    approve: bool
+    reason: str | None
+    toolbox: Toolbox | None
+    event_id: str | None
+
+
+@dataclass(frozen=True)
 class RetrieveItem:
     item_id: str
     event_id: str | None
@@ -136,4 +160,4 @@ class DetectSpeech:
 
 
 Effect = Send | SaveInstructions | Transcribe | TranscribeDraft | Preempt | Respond | Cancel | AddItem | \
-    RetrieveItem | DeleteItem | TruncateItem | DetectSpeech
+    ListMcpTools | AnswerApproval | RetrieveItem | DeleteItem | TruncateItem | DetectSpeech

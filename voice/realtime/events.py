@@ -66,6 +66,8 @@ def item(stored: StoredMessage, audio: bool = False) -> dict:
                 "status": "completed"}
     if message.get("tool_calls"):
         call = message["tool_calls"][0]
+        if call.get("approval") == "requested":  # an MCP call that waits for the user's approval
+            return mcp_approval_request_item(stored.item_id, call)
         if "server_label" in call:  # Parlour ran it on an MCP server; its result is the next item
             return mcp_call_item(stored.item_id, call, None, None)
         return {"id": stored.item_id, "object": "realtime.item", "type": "function_call",
@@ -92,11 +94,28 @@ def items(stored: StoredMessage) -> list[dict]:
     ]
 
 
-def mcp_call_item(item_id: str, call: dict, output: str | None, error: dict | None) -> dict:
+def mcp_call_item(item_id: str, call: dict, output: str | None, error: dict | None,
+                  approval_request_id: str | None = None) -> dict:
     """A call Parlour ran on an MCP server (a stored call carries its `server_label`)."""
     return {"id": item_id, "object": "realtime.item", "type": "mcp_call", "server_label": call["server_label"],
             "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-            "approval_request_id": None, "output": output, "error": error}
+            "approval_request_id": approval_request_id, "output": output, "error": error}
+
+
+def mcp_approval_request_item(item_id: str, call: dict) -> dict:
+    """A call to an MCP server's tool that waits for the user's approval."""
+    return {"id": item_id, "type": "mcp_approval_request", "server_label": call["server_label"],
+            "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+
+
+def mcp_approval_response_item(item_id: str, approval_request_id: str, approve: bool, reason: str | None) -> dict:
+    return {"id": item_id, "type": "mcp_approval_response", "approval_request_id": approval_request_id,
+            "approve": approve, "reason": reason}
+
+
+def mcp_list_tools_item(item_id: str, server_label: str, tools: list[dict]) -> dict:
+    """The tools of a session's MCP server, as listed (`tools` as `McpTool.listed` gives them)."""
+    return {"id": item_id, "type": "mcp_list_tools", "server_label": server_label, "tools": tools}
 
 
 def assistant_item(item_id: str, text: str, status: str, audio: bool) -> dict:

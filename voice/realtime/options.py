@@ -1,4 +1,4 @@
-"""What a client may ask for, checked: modalities, function tools, tool choice, turn detection,
+"""What a client may ask for, checked: modalities, function and MCP tools, tool choice, turn detection,
 conversation items and response options. Each function takes the typed value from
 `voice.realtime.client_events` and returns the service's own form of it, or raises `BadEvent`
 naming the field. Nothing here does I/O.
@@ -10,6 +10,7 @@ import json
 
 from voice.realtime.client_events import BadEvent
 from voice.realtime.turn_detection import VadSettings
+from voice.tools.mcp import Approval, McpServer, url_allowed
 from voice.validation import parameters_problem
 
 MODALITIES = ({"text"}, {"audio"})
@@ -32,18 +33,100 @@ def speed(value: float) -> float:
 
 
 def function_tools(tools: list, param: str) -> list[dict]:
-    """Realtime function tools as OpenAI chat tool specs; other kinds (MCP) are not served."""
-    specs = []
-    for n, tool in enumerate(tools):
-        if getattr(tool, "type", None) not in (None, "function") or not getattr(tool, "name", None):
-            raise BadEvent(f"{param}[{n}]: only function tools with a name are supported", "invalid_value",
-                           f"{param}.{n}")
-        if problem := parameters_problem(tool.parameters):
-            raise BadEvent(f"{param}[{n}].{problem}", "invalid_value", f"{param}.{n}.{problem.split(':')[0]}")
-        parameters = tool.parameters if isinstance(tool.parameters, dict) else {"type": "object", "properties": {}}
-        specs.append({"type": "function", "function": {"name": tool.name, "description": tool.description or "",
-                                                       "parameters": parameters}})
-    return specs
+    """Realtime function tools as OpenAI chat tool specs; an `mcp` tool is refused (`tools` takes them)."""
+    return [_function_tool(tool, param, n) for n, tool in enumerate(tools)]
+
+
+def _function_tool(tool, param: str, n: int) -> dict:
+    if getattr(tool, "type", None) not in (None, "function") or not getattr(tool, "name", None):
+        raise BadEvent(f"{param}[{n}]: only function tools with a name are supported here", "invalid_value",
+                       f"{param}.{n}")
+    if problem := parameters_problem(tool.parameters):
+        raise BadEvent(f"{param}[{n}].{problem}", "invalid_value", f"{param}.{n}.{problem.split(':')[0]}")
+    parameters = tool.parameters if isinstance(tool.parameters, dict) else {"type": "object", "properties": {}}
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description or "",
+                                             "parameters": parameters}}
+
+
+def tools(given: list, param: str, allowed_urls: list[str],
+          known: dict[str, McpServer]) -> tuple[list[dict], list[McpServer]]:
+    """A tools array: its function tools as OpenAI chat tool specs, and its `mcp` tools as the
+    servers they name (`known`: those this session defined, which a label alone names again)."""
+    functions: list[dict] = []
+    servers: list[McpServer] = []
+    for n, tool in enumerate(given):
+        if getattr(tool, "type", None) == "mcp":
+            server = mcp_server(tool, f"{param}.{n}", allowed_urls, known)
+            if server.label in (each.label for each in servers):
+                raise BadEvent(f"{param}[{n}]: the server_label {server.label!r} is given twice", "invalid_value",
+                               f"{param}.{n}.server_label")
+            servers.append(server)
+        else:
+            functions.append(_function_tool(tool, param, n))
+    return functions, servers
+
+
+def mcp_server(tool, param: str, allowed_urls: list[str], known: dict[str, McpServer]) -> McpServer:
+    """One `mcp` tool as the server Parlour reaches for the session. Its authorization or headers
+    live in the returned record only: nothing of them is stored or shown."""
+    for hosted in ("connector_id", "tunnel_id"):
+        if getattr(tool, hosted, None) is not None:
+            both = " and a server_url: give one" if tool.server_url else ": give a server_url"
+            raise BadEvent(f"{param}: OpenAI's hosted connectors and tunnels are not served, and this tool names "
+                           f"a {hosted}{both}", "invalid_value", f"{param}.{hosted}")
+    if tool.server_url is None:
+        return _defined_before(tool, param, known)
+    if not url_allowed(tool.server_url, allowed_urls):
+        raise BadEvent(f"{param}: the server_url {tool.server_url!r} is not one this service may reach (the "
+                       "mcp_allowed_urls setting lists those)", "invalid_value", f"{param}.server_url")
+    return McpServer(tool.server_label, tool.server_url, _headers(tool, param), _allowed_tools(tool, param),
+                     _approval(tool.require_approval, param), tool.server_description or "")
+
+
+def _defined_before(tool, param: str, known: dict[str, McpServer]) -> McpServer:
+    """A tool with a label alone names the server this session defined under that label."""
+    given = tool.model_fields_set - {"type", "server_label"}
+    if tool.server_label not in known or given:
+        raise BadEvent(f"{param}: an mcp tool needs a server_url (only a label this session defined before may "
+                       "be given alone)", "missing_field", f"{param}.server_url")
+    return known[tool.server_label]
+
+
+def _headers(tool, param: str) -> dict[str, str]:
+    headers = dict(tool.headers or {})
+    if tool.authorization is not None:
+        if any(name.lower() == "authorization" for name in headers):
+            raise BadEvent(f"{param}: the authorization is given twice (authorization and headers.Authorization)",
+                           "invalid_value", f"{param}.authorization")
+        headers["Authorization"] = f"Bearer {tool.authorization}"
+    return headers
+
+
+def _allowed_tools(tool, param: str) -> frozenset[str] | None:
+    allowed = tool.allowed_tools
+    if allowed is None or isinstance(allowed, list):
+        return None if allowed is None else frozenset(allowed)
+    if allowed.read_only is not None:
+        raise BadEvent(f"{param}.allowed_tools: read_only filters are not served: name the tools",
+                       "invalid_value", f"{param}.allowed_tools.read_only")
+    return frozenset(allowed.tool_names or [])
+
+
+def _approval(asked, param: str) -> Approval:
+    """`require_approval`: "always" (the GA default), "never", or a filter. Under a filter a tool it
+    names follows its list; any other waits for approval, unless the filter names only tools that
+    always wait (then the others run at once)."""
+    if asked is None or isinstance(asked, str):
+        return Approval(others=asked != "never")
+    lists = {}
+    for key in ("always", "never"):
+        chosen = getattr(asked, key, None)
+        if chosen is not None and chosen.read_only is not None:
+            raise BadEvent(f"{param}.require_approval: read_only filters are not served: name the tools",
+                           "invalid_value", f"{param}.require_approval.{key}.read_only")
+        lists[key] = frozenset(chosen.tool_names or []) if chosen is not None else frozenset()
+    always, never = lists["always"], lists["never"]
+    return Approval(others=not (always and not never), always=always, never=never)
 
 
 def tool_choice(choice, param: str) -> str | dict:

@@ -2,8 +2,8 @@
 
 `RealtimeProtocol` takes what happens and returns effects, in order, for the connection to carry
 out: client events (`receive`, raw JSON) and the reports of the work it asked for
-(`transcribed`, `response_ended`, `speech_detected`). It never reads a socket, a model or the
-store; everything it knows comes in through those calls.
+(`transcribed`, `response_ended`, `speech_detected`, `mcp_tools_listed`). It never reads a socket,
+a model, an MCP server or the store; everything it knows comes in through those calls.
 
 The response lifecycle is `LIFECYCLE`, one table from (state, what happened) to (action, next
 state). What the table does not list is refused with the error in `REFUSALS`. Each client event
@@ -28,6 +28,7 @@ from voice.realtime import events, options
 from voice.realtime.client_events import EVENT_TYPES, BadEvent, Received, read
 from voice.realtime.effects import (
     AddItem,
+    AnswerApproval,
     AskedResponse,
     Cancel,
     DeleteItem,
@@ -43,9 +44,11 @@ from voice.realtime.effects import (
     TranscribeDraft,
     TruncateItem,
 )
+from voice.realtime.mcp_servers import SessionServers
 from voice.realtime.turn_detection import VadSettings
 from voice.speech.audio import AudioBuffer
 from voice.store.sessions import new_id
+from voice.tools.mcp import McpFailure, McpServer, McpTool
 
 MIN_COMMIT_BYTES = 100 * BYTES_PER_MS  # 100 ms: less is nothing anyone could have said
 # While the key is held, the buffer is transcribed again whenever it has grown by this much (and no
@@ -132,9 +135,11 @@ class RealtimeProtocol:
     lifecycle state and the input deferred until it is idle."""
 
     def __init__(self, session_id: str, instructions: str, voice: str, max_audio_seconds: int, max_text_chars: int,
-                 vad: VadSettings | None = None):
+                 vad: VadSettings | None = None, mcp_allowed_urls: list[str] | None = None):
         self.session_id, self.instructions, self.voice = session_id, instructions, voice
         self.max_text_chars = max_text_chars
+        self.mcp_allowed_urls = mcp_allowed_urls or []  # what a client's mcp tools may reach
+        self.mcp = SessionServers()
         self.modalities = ["audio"]
         self.speed = 1.0
         self.tools: list[dict] = []  # the client's functions, as OpenAI chat tool specs
@@ -184,8 +189,13 @@ class RealtimeProtocol:
         if waiting is not None:
             return [waiting.transcription(draft)]
         if draft is not None and self.drafts.keep(generation, draft):
-            return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice, draft.settled)]
+            return [Preempt(draft.text, self.modalities == ["audio"], self.tools, self.tool_choice, draft.settled,
+                            self.mcp.session_toolbox)]
         return []
+
+    def mcp_tools_listed(self, label: str, item_id: str, found: list[McpTool] | McpFailure) -> list[Effect]:
+        """A session's MCP server was listed (`ListMcpTools`): its tools, or why it could not be."""
+        return self.mcp.listed(label, item_id, found)
 
     def response_ended(self) -> list[Effect]:
         """The running response sent its `response.done` (or was refused before it began)."""
@@ -208,7 +218,7 @@ class RealtimeProtocol:
                 effects.append(Send(events.event("input_audio_buffer.speech_stopped", audio_end_ms=at_ms,
                                                   item_id=self.speech_item)))
                 assert self.speech_item is not None  # speech stops only after it started
-                follow = self._new_response(None) if vad.create_response else None
+                follow = self._new_response(None)[0] if vad.create_response else None
                 effects += self._happen("commit", self._commit(self.speech_item, follow))
         if not speaking:  # keep only the padding that goes before speech
             self.audio.keep_last(vad.prefix_padding_ms)
@@ -257,7 +267,7 @@ class RealtimeProtocol:
         assert self.response is not None  # only RESPONDING cancels, and a response is running then
         return [Cancel(self.response)]
 
-    def _add_item(self, happening: str, effect: AddItem) -> list[Effect]:
+    def _add_item(self, happening: str, effect: AddItem | AnswerApproval) -> list[Effect]:
         return [effect]
 
     def _truncate(self, happening: str, effect: TruncateItem) -> list[Effect]:
@@ -278,7 +288,8 @@ class RealtimeProtocol:
         detection = audio_input.turn_detection if audio_input is not None else None
         detection_given = audio_input is not None and "turn_detection" in audio_input.model_fields_set
         vad = options.turn_detection(detection) if detection_given else self.vad
-        tools = options.function_tools(update.tools, "session.tools") if update.tools is not None else self.tools
+        tools, servers = (options.tools(update.tools, "session.tools", self.mcp_allowed_urls, self.mcp.known)
+                          if update.tools is not None else (self.tools, None))
         choice = (options.tool_choice(update.tool_choice, "session.tool_choice")
                   if update.tool_choice is not None else self.tool_choice)
         self.modalities, self.speed, self.tools, self.tool_choice = modalities, speed, tools, choice
@@ -290,11 +301,14 @@ class RealtimeProtocol:
         if update.instructions is not None:
             self.instructions = update.instructions
             effects.append(SaveInstructions(update.instructions))
+        listing = self.mcp.use(servers) if servers is not None else []
         # Voice names and transcription options are not settable: one voice, one whisper model.
-        return effects + [Send(events.event("session.updated", session=self._session()))]
+        return effects + [Send(events.event("session.updated", session=self._session()))] + listing
 
     def _on_response_create(self, event) -> list[Effect]:
-        return self._happen("response.create", self._new_response(event.response))
+        response, servers = self._new_response(event.response)
+        effects = self._happen("response.create", response)
+        return self.mcp.define(servers) + effects  # defined once the response is taken
 
     def _on_response_cancel(self, event) -> list[Effect]:
         return self._happen("response.cancel")
@@ -333,7 +347,11 @@ class RealtimeProtocol:
                        "the audio: cancel the response and truncate the item", "unsupported_event", "type")
 
     def _on_conversation_item_create(self, event) -> list[Effect]:
-        message = options.chat_message(event.item, self.max_text_chars)
+        item = event.item
+        if item.type == "mcp_approval_response":
+            return self._happen("item.create", AnswerApproval(item.id, item.approval_request_id, item.approve,
+                                                              item.reason, self.mcp.session_toolbox, event.event_id))
+        message = options.chat_message(item, self.max_text_chars)
         return self._happen("item.create", AddItem(message, event.item.id, event.previous_item_id, event.event_id))
 
     def _on_conversation_item_retrieve(self, event) -> list[Effect]:
@@ -354,9 +372,11 @@ class RealtimeProtocol:
         return [truncate]
 
     # Building --------------------------------------------------------------------------------------
-    def _new_response(self, asked) -> AskedResponse:
-        """A response from `response.create`'s options (None: the session's defaults)."""
+    def _new_response(self, asked) -> tuple[AskedResponse, list[McpServer]]:
+        """A response from `response.create`'s options (None: the session's defaults), and the MCP
+        servers its own tools name. It uses the tools they listed so far."""
         modalities, tools, choice = self.modalities, self.tools, self.tool_choice
+        toolbox, servers = self.mcp.session_toolbox, list[McpServer]()
         instructions = max_tokens = metadata = None
         if asked is not None:
             if asked.conversation not in (None, "auto") or asked.input is not None:
@@ -366,18 +386,21 @@ class RealtimeProtocol:
             if asked.output_modalities is not None:
                 modalities = options.modalities(asked.output_modalities, "response.output_modalities")
             if asked.tools is not None:
-                tools = options.function_tools(asked.tools, "response.tools")
+                tools, servers = options.tools(asked.tools, "response.tools", self.mcp_allowed_urls, self.mcp.known)
+                # A server new to the session is listed once the response is taken: too late for it.
+                known = [server.label for server in servers if self.mcp.known.get(server.label) == server]
+                toolbox = self.mcp.toolbox(known) if servers else None
             if asked.tool_choice is not None:
                 choice = options.tool_choice(asked.tool_choice, "response.tool_choice")
             instructions, metadata = asked.instructions, asked.metadata
             max_tokens = options.max_output_tokens(asked.max_output_tokens)
         return AskedResponse(new_id("resp"), new_id("item"), modalities, instructions, max_tokens, tools, choice,
-                        metadata, self.speed)
+                             metadata, self.speed, toolbox=toolbox), servers
 
     def _session(self) -> dict:
         session = events.session(self.session_id, self.instructions, self.modalities, self.speed, self.voice,
                                  self.vad.as_event() if self.vad else None)
-        session["tools"] = [{"type": "function", **tool["function"]} for tool in self.tools]
+        session["tools"] = [{"type": "function", **tool["function"]} for tool in self.tools] + self.mcp.shown()
         session["tool_choice"] = self.tool_choice
         return session
 

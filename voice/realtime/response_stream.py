@@ -3,9 +3,10 @@
 `ResponseStream` runs the turn engine for one `AskedResponse` and turns the turn's events into
 Realtime events: research as conversation items, the reply's message item opened at its first
 words (text deltas, or audio transcript deltas while `voice.speech.speaker` speaks each sentence),
-the client's function calls as `function_call` output items. A spoken reply's `Speaker` goes to
-the engine with the request: the engine stores each sentence once its audio is sent
-(voice.turns.delivery). It always ends with `response.done`:
+the client's function calls as `function_call` output items, calls Parlour ran on an MCP server as
+`mcp_call` items, and calls that wait for the user's approval as `mcp_approval_request` items. A
+spoken reply's `Speaker` goes to the engine with the request: the engine stores each sentence once
+its audio is sent (voice.turns.delivery). It always ends with `response.done`:
 `completed`, `cancelled`, `incomplete` at the output limit, or `failed` (`fail`).
 
 Every item a response adds to the conversation is announced there too, as the GA API does:
@@ -26,7 +27,7 @@ from voice.speech.audio import audio_delta
 from voice.speech.speaker import Speaker
 from voice.store.sessions import StoredMessage
 from voice.tools.mcp import McpFailure
-from voice.turns.events import Calls, Delta, Researched, ToolsRan, TurnRequest
+from voice.turns.events import ApprovalAsked, Calls, Delta, Researched, ToolsRan, TurnRequest
 from voice.turns.figures import TurnFigures
 from voice.turns.service import Turns
 
@@ -55,7 +56,7 @@ class ResponseStream:
         speaker = Speaker(self.tts, asked.speed, asked.cancel, self._send_audio, figures) if asked.audio else None
         request = TurnRequest(self.items.session_id, asked.cancel, asked.instructions, asked.max_tokens,
                               asked.tools, asked.tool_choice, spoken=asked.audio, voice=speaker,
-                              item_id=asked.item_id, figures=figures)
+                              toolbox=asked.toolbox, item_id=asked.item_id, figures=figures)
         text = ""
         async with aclosing(self.engine.respond(request)) as turn:
             async for event in turn:
@@ -66,6 +67,8 @@ class ResponseStream:
                         await self._announce_calls(stored)
                     case ToolsRan(stored, failures):
                         await self._announce_tools_ran(stored, failures)
+                    case ApprovalAsked(stored):
+                        await self._announce_approval_requests(stored)
                     case Delta(piece):
                         if self.message_index is None:
                             await self._open_message()
@@ -170,6 +173,20 @@ class ResponseStream:
                                          output_index=index, item=done))
             await self.send(events.event("conversation.item.done", previous_item_id=previous, item=done))
             self.output.append(done)
+
+    async def _announce_approval_requests(self, stored: list[StoredMessage]) -> None:
+        """Calls that wait for the user's approval, each an `mcp_approval_request` output item; the
+        client answers each with an `mcp_approval_response` item (voice.realtime.approvals)."""
+        for asked in stored:
+            index = len(self.output) + (self.message_index is not None)
+            item = events.item(asked)
+            await self.send(events.event("response.output_item.added", response_id=self.asked.id,
+                                         output_index=index, item=item))
+            previous = await self._added(item)
+            await self.send(events.event("response.output_item.done", response_id=self.asked.id,
+                                         output_index=index, item=item))
+            await self.send(events.event("conversation.item.done", previous_item_id=previous, item=item))
+            self.output.append(item)
 
     async def _finish(self, text: str) -> None:
         """The message's .done events, then `response.done` with the turn's figures."""

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TypeVar
+from urllib.parse import unquote, urlsplit
 
 import httpx2
 from mcp import Client, MCPError
@@ -70,11 +71,37 @@ class McpHttpError(McpFailure):
 
 
 @dataclass(frozen=True)
+class Approval:
+    """Which of a server's tools wait for the user's approval before they run (the GA protocol's
+    `require_approval`): a tool named in `always` waits, one named in `never` runs at once, and any
+    other follows `others`."""
+
+    others: bool = False
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+
+    def needed(self, name: str) -> bool:
+        if name in self.always:
+            return True
+        return False if name in self.never else self.others
+
+    @property
+    def shown(self) -> str | dict:
+        """As a Realtime session shows it: "always", "never" or the filter object."""
+        if not self.always and not self.never:
+            return "always" if self.others else "never"
+        return {key: {"tool_names": sorted(names)} for key, names in (("always", self.always),
+                                                                      ("never", self.never)) if names}
+
+
+@dataclass(frozen=True)
 class McpServer:
     label: str
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     allowed_tools: frozenset[str] | None = None  # None: every tool it offers
+    approval: Approval = Approval()  # the configured servers' tools run at once
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,6 +177,17 @@ def _told(server: McpServer, error: BaseException) -> McpFailure:
     if isinstance(error, httpx2.HTTPError):
         return McpHttpError(f"MCP server {server.label!r} at {server.url} cannot be reached: {error}")
     return McpProtocolError(f"MCP server {server.label!r}: {type(error).__name__}: {error}", -32603)
+
+
+def url_allowed(url: str, allowed: list[str]) -> bool:
+    """Whether a client may have Parlour reach `url` (`mcp_allowed_urls`): it equals an entry, or
+    starts with an entry that ends in "/". A URL with a user name or a `.`/`..` segment is never
+    allowed: either could lead past the entry's prefix once the URL is resolved."""
+    parts = urlsplit(url)
+    segments = unquote(parts.path).split("/")
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc or "." in segments or ".." in segments:
+        return False
+    return any(url == entry or entry.endswith("/") and url.startswith(entry) for entry in allowed)
 
 
 def configured_servers(config: Config, environ: Mapping[str, str]) -> list[McpServer]:

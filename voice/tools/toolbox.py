@@ -3,6 +3,8 @@
 `Toolbox.gather` lists each server's tools once; a server that cannot be listed is left out (and
 said why), and the others serve. A name two servers share is offered as `LABEL__NAME` for each.
 `run` answers a model's call with the tool message it reads, and, when the call failed, the failure.
+A call to a tool whose server's `approval` asks for it waits for the user's approval
+(`needs_approval`): the turn engine stores it unrun.
 """
 
 from __future__ import annotations
@@ -46,6 +48,15 @@ class Toolbox:
 
     def tool(self, name: str) -> McpTool:
         return self._tools[name]
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call to the tool `name` waits for the user's approval before it runs."""
+        tool = self._tools[name]
+        return tool.server.approval.needed(tool.name)
+
+    def labelled(self, call: dict) -> dict:
+        """A call to one of these tools as it is stored: with its server's label."""
+        return {**call, "server_label": self._tools[call["function"]["name"]].server.label}
 
     async def run(self, call: dict) -> tuple[dict, McpFailure | None]:
         """The tool message answering `call` (an OpenAI tool call to one of these tools)."""

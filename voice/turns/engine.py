@@ -10,7 +10,9 @@ turn that would wait behind `max_queue` others is refused with `ServerBusy`. A t
 3. streams the reply (`Delta`), stored sentence by sentence as it is delivered (`in_progress`,
    `voice.turns.delivery`); a cancelled reply is stored as `interrupted` with the text delivered.
    Under the `model` policy a reply that calls `search` runs it and answers again; a reply that
-   calls the client's functions ends the turn with them (`Calls`);
+   calls the client's functions ends the turn with them (`Calls`); one that calls tools Parlour
+   runs itself (an MCP server's) runs them and answers again (`ToolsRan`), unless they wait for the
+   user's approval: then they are stored unrun and the turn ends (`ApprovalAsked`);
 4. ends with `Done`, and leaves the model to `voice.turns.upkeep`: summaries made ahead and warm-ups.
 """
 
@@ -32,7 +34,7 @@ from voice.store.reply_row import ReplyRow
 from voice.store.sessions import SessionStore, new_id
 from voice.tools.toolbox import Toolbox
 from voice.turns.delivery import Delivery
-from voice.turns.events import Calls, Delta, Done, Researched, ToolsRan, TurnEvent, TurnRequest
+from voice.turns.events import ApprovalAsked, Calls, Delta, Done, Researched, ToolsRan, TurnEvent, TurnRequest
 from voice.turns.figures import TurnFigures, ms
 from voice.turns.model_queue import ModelQueue, in_worker
 from voice.turns.preemption import Preemptions
@@ -191,13 +193,28 @@ class TurnEngine:
                 figures.tool_calls = len(event.calls)
             yield event
 
+    async def _use_tools(self, calls: list[dict], toolbox: Toolbox, row: ReplyRow) -> AsyncIterator[TurnEvent]:
+        """The reply's calls to Parlour's own tools: those that need no approval run (`ToolsRan`),
+        then those that wait for it are stored unrun (`ApprovalAsked`, which ends the turn)."""
+        waiting = [call for call in calls if toolbox.needs_approval(call["function"]["name"])]
+        if len(waiting) < len(calls):
+            yield await self._run_tools([call for call in calls if call not in waiting], toolbox, row)
+        if waiting:
+            yield await self._ask_approval(waiting, toolbox, row)
+
     async def _run_tools(self, calls: list[dict], toolbox: Toolbox, row: ReplyRow) -> ToolsRan:
         """Run the reply's calls to Parlour's own tools, one after another (a later one may depend
         on what an earlier one did), and store the exchange before the reply."""
         answers = [await toolbox.run(call) for call in calls]
-        called = [{**call, "server_label": toolbox.tool(call["function"]["name"]).server.label} for call in calls]
+        called = [toolbox.labelled(call) for call in calls]
         exchange = [{"role": "assistant", "content": None, "tool_calls": called}] + [message for message, _ in answers]
         return ToolsRan(await row.insert_before(exchange), [failure for _, failure in answers])
+
+    async def _ask_approval(self, calls: list[dict], toolbox: Toolbox, row: ReplyRow) -> ApprovalAsked:
+        """Store each call unrun, one message each: every approval request is an item of its own."""
+        asked = [{"role": "assistant", "content": None,
+                  "tool_calls": [{**toolbox.labelled(call), "approval": "requested"}]} for call in calls]
+        return ApprovalAsked(await row.insert_before(asked))
 
     async def _fit(self, request: TurnRequest, offered: Offer) -> FitResult:
         figures, started = request.figures, time.perf_counter()
@@ -273,7 +290,11 @@ class TurnEngine:
                 yield Calls([c for c in calls if c not in ours])  # the client runs them and asks again
                 return
             if ours and not invented and toolbox and attempt < attempts - 1:
-                yield await self._run_tools(ours, toolbox, row)
+                async for event in self._use_tools(ours, toolbox, row):
+                    yield event
+                if isinstance(event, ApprovalAsked):
+                    request.figures.tool_calls = len(ours)
+                    return  # the user is asked; the next turn answers from what they decided
                 announced = False  # the next attempt answers from the results
                 continue
             calls = [c for c in parsed.calls + parsed.unknown if c["function"]["name"] not in client_names] \

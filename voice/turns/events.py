@@ -3,8 +3,9 @@
 A front end asks for a turn with a `TurnRequest` and reads the engine's `TurnEvent`s as they come:
 `Researched` (research was stored), `Delta` (reply text), `Calls` (the reply called the client's
 functions; stored, and the turn ends so the client can run them), `ToolsRan` (Parlour ran the
-reply's calls to an MCP server's tools and stored them; the reply goes on from their results), and
-always last `Done`.
+reply's calls to an MCP server's tools and stored them; the reply goes on from their results),
+`ApprovalAsked` (the reply called MCP tools that wait for the user's approval; stored unrun, and the
+turn ends), and always last `Done`.
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ class ToolsRan:
 
 
 @dataclass
+class ApprovalAsked:
+    """The reply called tools Parlour runs itself that wait for the user's approval: each call is
+    `stored` unrun, one message each (its call marked `"approval": "requested"`), and the turn ends.
+    The front end asks the user; an approved call is run then, and the next turn answers from it."""
+
+    stored: list[StoredMessage]
+
+
+@dataclass
 class Done:
     """The turn is over: the reply `stored` (if the engine stored it) and the turn's `figures`."""
 
@@ -115,4 +125,4 @@ class Done:
     stored: list[StoredMessage] = field(default_factory=list)
 
 
-TurnEvent = Researched | Delta | Calls | ToolsRan | Done
+TurnEvent = Researched | Delta | Calls | ToolsRan | ApprovalAsked | Done
