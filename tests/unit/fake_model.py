@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
+from models.kv_cache import common_prefix
 from models.reply import ContextOverflow, ReplyStream
 
 MESSAGE_OVERHEAD = 4  # a message's role and markers, as a chat template adds them
@@ -26,15 +27,6 @@ def words(text: str) -> int:
 def tokens_of(text: str) -> list[str]:
     """The reply's tokens: each word with the white space before it."""
     return re.findall(r"\s*\S+", text)
-
-
-def shared_prefix(a: list, b: list) -> int:
-    shared = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        shared += 1
-    return shared
 
 
 class FakeModel:
@@ -86,7 +78,7 @@ class FakeModel:
             if not self.replies:
                 raise AssertionError(f"the fake model has no scripted reply left for {messages[-1:]}")
             text = self.replies.popleft()
-            cached = shared_prefix(self.cache, list(messages))
+            cached = common_prefix(self.cache, list(messages))
             self.cache = list(messages)
         reply = ReplyStream(iter(()))
         stats = reply.stats
@@ -121,7 +113,7 @@ class FakeModel:
         """A batch is one message here: `stop` is asked before each, `progress` told after each."""
         with self._lock:
             self.prefills.append(list(messages))
-        kept = shared_prefix(self.cache, messages)
+        kept = common_prefix(self.cache, messages)
         self.cache = self.cache[:kept]
         evaluated = 0
         for message in messages[kept:]:
@@ -135,7 +127,7 @@ class FakeModel:
     def discard(self, messages: list[dict], tools: list[dict] | None = None, held: int | None = None) -> None:
         with self._lock:
             self.discards.append((list(messages), held))
-        shared = shared_prefix(self.cache, messages)
+        shared = common_prefix(self.cache, messages)
         if shared < (len(messages) if held is None else held) or len(self.cache) <= shared:
             return  # the cache has moved on to another prompt, or holds nothing past the shared part
         self.cache = self.cache[:shared]
