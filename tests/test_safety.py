@@ -110,12 +110,13 @@ def test_audio_beyond_the_cap_gets_an_error_and_the_next_turn_is_served(make_ser
 
 def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_server):
     server = make_server()  # max_queue 8
+    turns = 2
     outcomes: dict[int, list[str]] = {}
 
     def converse(number: int) -> None:
         client = Client(server.url())
         seen = []
-        for turn in range(3):
+        for turn in range(turns):
             client.say(f"Client {number}, question {turn}: say the word ok.")
             client.send({"type": "response.create",
                          "response": {"output_modalities": ["text"], "max_output_tokens": 3}})
@@ -139,7 +140,7 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
     for number, (session_id, *seen) in outcomes.items():
         stored = store.messages(session_id)
         questions = [m.message["content"] for m in stored if m.message["role"] == "user"]
-        assert questions == [f"Client {number}, question {t}: say the word ok." for t in range(3)]
+        assert questions == [f"Client {number}, question {t}: say the word ok." for t in range(turns)]
         # Every answered question is followed by its reply, in order.
         replies_after = [stored[i + 1].message["role"] == "assistant" if i + 1 < len(stored) else False
                          for i, m in enumerate(stored) if m.message["role"] == "user"]
