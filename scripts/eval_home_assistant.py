@@ -15,7 +15,14 @@ the tokens the model evaluated and wrote and its milliseconds), then the right c
 the median seconds of the commands after the first, and the first command's seconds (the prompt
 evaluated whole). It asserts nothing.
 
+`--via wyoming` takes the other road instead: HA's Model Context Protocol Server integration (the
+Assist API) and a long-lived token, made as its pages make them, are Parlour's `mcp_servers` and
+`mcp_tokens`; Parlour is added through the Wyoming integration, and each command goes to HA's
+Wyoming conversation agent, so Parlour calls HA's tools itself. A wrong command's calls are then
+read from Parlour's session.
+
 Run: .venv/bin/python scripts/eval_home_assistant.py [--profile NAME] [--research auto|off]
+                                                     [--via ollama|wyoming]
      (installs HA on first use: scripts/install_home_assistant)
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,12 +40,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.home_assistant_core import HomeAssistantCore, RecordingProxy, install, speech
+from harness.home_assistant_core import HomeAssistantCore, RecordingProxy, free_port, install, speech
 from harness.realtime import RunningServer
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
+from voice.wyoming.assistant import session_for
 
 ON, OFF = "on", "off"
+TOKEN_VARIABLE = "PARLOUR_EVAL_HA_TOKEN"  # holds HA's long-lived token for Parlour's `mcp_tokens`
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,13 @@ def called(body: dict) -> str:
     return " | ".join(json.dumps(m.get("tool_calls") or m.get("content"))[:200] for m in after) or "(none)"
 
 
+def called_in_session(server: RunningServer, conversation_id: str) -> str:
+    """The calls and results of the last command in the Parlour session HA's Wyoming agent used."""
+    messages = [stored.message for stored in server.service.store.messages(session_for(conversation_id))]
+    after = messages[max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1) + 1:]
+    return " | ".join(json.dumps(m.get("tool_calls") or m.get("content"))[:200] for m in after[:-1]) or "(none)"
+
+
 def replies(server: RunningServer, earlier: list) -> str:
     """What the model did for each request since the turns `earlier`: tokens of the prompt it
     evaluated (of all), tokens it wrote, and milliseconds to the first text and to the end."""
@@ -134,17 +151,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=None, help="a language model profile (default: the default)")
     parser.add_argument("--research", default="auto")
+    parser.add_argument("--via", choices=("ollama", "wyoming"), default="ollama",
+                        help="HA's Ollama integration with its own tools (default), or its Wyoming agent "
+                             "with HA's MCP server as Parlour's tools")
     args = parser.parse_args()
     hass = install()
     config = Config(threads=2, research=args.research, **({"llm_model": args.profile} if args.profile else {}))
     with tempfile.TemporaryDirectory() as work:
         config = replace(config, data_dir=str(Path(work) / "data"))
         stt, tts = load_stt(config), load_tts(config)
-        server = RunningServer(config, load_llm(config), stt, tts)
-        proxy = RecordingProxy(server.port)  # HA's requests, to show the calls of a wrong command
+        # HA first: Parlour lists its MCP server's tools when it starts.
         home = HomeAssistantCore(Path(work) / "home-assistant", hass=hass).start()
+        server: RunningServer | None = None
+        proxy: RecordingProxy | None = None
         try:
-            agent = home.add_ollama(proxy.url)
+            if args.via == "wyoming":
+                home.add_mcp_server()
+                os.environ[TOKEN_VARIABLE] = home.long_lived_token("Parlour")
+                config = replace(config, wyoming_port=free_port(), mcp_servers=[f"home={home.mcp_url}"],
+                                 mcp_tokens=[f"home={TOKEN_VARIABLE}"])
+            server = RunningServer(config, load_llm(config), stt, tts)
+            if args.via == "wyoming":
+                agent = home.agent("wyoming", home.add_wyoming("127.0.0.1", config.wyoming_port)["entry_id"])
+            else:
+                proxy = RecordingProxy(server.port)  # HA's requests, to show the calls of a wrong command
+                agent = home.add_ollama(proxy.url)
             entities = [device.entity_id for device in home.home if device.domain != "sensor"]
             rows, conversation = [], None
             for command in COMMANDS:
@@ -166,7 +197,9 @@ def main() -> int:
                       flush=True)
                 print(f"{'':15}model: {replies(server, earlier)}", flush=True)
                 if not ok:
-                    print(f"{'':15}calls: {called(proxy.chat_bodies()[-1])}", flush=True)
+                    calls = called(proxy.chat_bodies()[-1]) if proxy else \
+                        called_in_session(server, answer["conversation_id"])
+                    print(f"{'':15}calls: {calls}", flush=True)
             answered = []
             for question, facts in QUESTIONS:
                 started = time.perf_counter()
@@ -177,8 +210,9 @@ def main() -> int:
                       f"{said[:90]!r}", flush=True)
             # A restart of Parlour, with a model loaded afresh: the device's first command after it.
             server.stop()
-            server = RunningServer(config, load_llm(config), stt, tts)
-            proxy.target_port = server.port
+            server = RunningServer(config, load_llm(config), stt, tts)  # Wyoming: on the same port
+            if proxy:
+                proxy.target_port = server.port
             put(home, "light.kitchen_light", OFF, {})
             started = time.perf_counter()
             answer = home.converse("Turn on the kitchen light.", agent)
@@ -187,8 +221,10 @@ def main() -> int:
                   f"{'(after a restart) Turn on the kitchen light.':<42} {speech(answer)[:90]!r}", flush=True)
         finally:
             home.stop()
-            proxy.close()
-            server.stop()
+            if proxy:
+                proxy.close()
+            if server and server.running:
+                server.stop()
     seconds = [s for _, _, s, _ in rows]
     print(f"commands right: {sum(ok for _, ok, _, _ in rows)}/{len(rows)}; plain questions right: "
           f"{sum(answered)}/{len(answered)}")

@@ -69,3 +69,27 @@ def test_the_wyoming_integration_finds_parlours_programs(home_assistant, make_se
     assert "Paris" in intent_end["data"]["intent_output"]["response"]["speech"]["plain"]["speech"]
 
 
+
+
+def test_parlour_over_wyoming_turns_on_the_kitchen_light_with_home_assistants_mcp_tools(
+        home_assistant, make_server, monkeypatch):
+    """HA's Model Context Protocol Server (the Assist API) and a long-lived token, made as its pages
+    make them; Parlour started with HA's `/api/mcp` as its MCP server, then added to HA over Wyoming.
+    The command goes through HA's Wyoming conversation agent: Parlour calls HA's tool itself."""
+    home_assistant.add_mcp_server()
+    monkeypatch.setenv("PARLOUR_TEST_HA_TOKEN", home_assistant.long_lived_token("Parlour"))
+    server = make_server(wyoming_port=free_port(), mcp_servers=[f"home={home_assistant.mcp_url}"],
+                         mcp_tokens=["home=PARLOUR_TEST_HA_TOKEN"])
+    assert server.service.engine.runs_tools, "HA's MCP server offered Parlour no tools"
+    entry = home_assistant.add_wyoming("127.0.0.1", server.config.wyoming_port)
+    agent = home_assistant.agent("wyoming", entry["entry_id"])
+    # Wyoming's `supports_home_control`: HA marks the agent as one that controls the home.
+    control = 1  # ConversationEntityFeature.CONTROL
+    assert home_assistant.state(agent)["attributes"].get("supported_features", 0) & control
+    home_assistant.call("light", "turn_off", entity_id="light.kitchen_light")
+
+    answer = home_assistant.converse("Turn on the kitchen light.", agent)
+
+    assert answer["response"]["response_type"] != "error", speech(answer)
+    assert speech(answer).strip(), answer
+    assert home_assistant.state("light.kitchen_light")["state"] == "on", speech(answer)
