@@ -51,6 +51,11 @@ def home_server(lights: dict[str, bool], token: str) -> MCPServer:
         lights[light(name)] = False
         return f"The {light(name)} is off."
 
+    @server.prompt()
+    def home() -> str:
+        """What the home has, as Home Assistant's MCP server tells its devices."""
+        return f"The lights of this home are: {', '.join(lights)}."
+
     @server.tool()
     def broken(name: str) -> str:
         """Open the garage door, by its name."""

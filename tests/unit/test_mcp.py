@@ -109,23 +109,24 @@ def test_a_name_two_servers_share_is_offered_with_each_label(home):
         ["turn_on", "turn_off", "broken"]  # a server that cannot be listed is left out, the others serve
 
 
-def turn_with_tools(tmp_path, home, replies: list[str], question: str) -> tuple[list, SessionStore, str]:
+def turn_with_tools(tmp_path, home, replies: list[str], question: str) -> tuple[list, SessionStore, str, FakeModel]:
     store = SessionStore(tmp_path / "sessions.sqlite3")
     session_id = store.create(INSTRUCTIONS)
     store.append(session_id, {"role": "user", "content": question})
-    engine = TurnEngine(FakeModel(replies), store, Research("off", None), context=4096, reply_tokens=64)
+    model = FakeModel(replies)
+    engine = TurnEngine(model, store, Research("off", None), context=4096, reply_tokens=64)
 
     async def run() -> list:
         engine.use_tools(await Toolbox.gather([served(home)]))
         events = [event async for event in engine.respond(TurnRequest(session_id))]
         await engine.idle()
         return events
-    return asyncio.run(run()), store, session_id
+    return asyncio.run(run()), store, session_id, model
 
 
 def test_the_engine_runs_a_call_to_a_servers_tool_and_answers_from_its_result(tmp_path, home):
     call = '<tool_call>{"name": "turn_on", "arguments": {"name": "kitchen light"}}</tool_call>'
-    events, store, session_id = turn_with_tools(tmp_path, home, [call, "The kitchen light is on now."],
+    events, store, session_id, model = turn_with_tools(tmp_path, home, [call, "The kitchen light is on now."],
                                                 "Turn on the kitchen light.")
     assert home.lights["kitchen light"] is True
     assert not [event for event in events if isinstance(event, Calls)]  # Parlour ran it: the client runs nothing
@@ -137,13 +138,15 @@ def test_the_engine_runs_a_call_to_a_servers_tool_and_answers_from_its_result(tm
     assert result == {"role": "tool", "tool_call_id": called["tool_calls"][0]["id"],
                       "content": "The kitchen light is on."}
     assert "".join(event.text for event in events if isinstance(event, Delta)) == "The kitchen light is on now."
+    system = model.prompts[0][0]["content"]  # the server's prompt names the home's lights
+    assert system.startswith(INSTRUCTIONS) and "The lights of this home are: kitchen light, hallway light" in system
     assert [m["role"] for m in store.transcript(session_id)] == ["system", "user", "assistant", "tool", "assistant"]
     assert isinstance(events[-1], Done) and events[-1].stored[0].message["content"] == "The kitchen light is on now."
 
 
 def test_a_tool_that_fails_is_told_to_the_model_and_the_turn_goes_on(tmp_path, home):
     call = '<tool_call>{"name": "broken", "arguments": {"name": "garage"}}</tool_call>'
-    events, store, session_id = turn_with_tools(tmp_path, home, [call, "The garage door does not answer."],
+    events, _, _, _ = turn_with_tools(tmp_path, home, [call, "The garage door does not answer."],
                                                 "Open the garage.")
     (ran,) = [event for event in events if isinstance(event, ToolsRan)]
     assert isinstance(ran.failures[0], McpToolError)

@@ -132,6 +132,22 @@ async def list_tools(server: McpServer) -> list[McpTool]:
     return await _connected(server, listing)
 
 
+async def server_prompt(server: McpServer) -> str:
+    """The text of the prompts `server` offers that need no arguments: what it says about itself
+    and its tools (Home Assistant's names the home's areas and devices)."""
+    async def reading(client: Client) -> str:
+        prompts = (await client.list_prompts()).prompts
+        texts = []
+        for prompt in prompts:
+            if any(argument.required for argument in prompt.arguments or []):
+                continue
+            for message in (await client.get_prompt(prompt.name)).messages:
+                if message.content.type == "text":
+                    texts.append(message.content.text)
+        return "\n\n".join(texts)
+    return await _connected(server, reading)
+
+
 async def call_tool(server: McpServer, name: str, arguments: dict) -> str:
     """Run one call; returns what the tool answered, as the model reads it."""
     async def calling(client: Client) -> str:

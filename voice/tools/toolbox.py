@@ -13,13 +13,14 @@ import asyncio
 import json
 import logging
 
-from voice.tools.mcp import McpFailure, McpServer, McpTool, call_tool, list_tools
+from voice.tools.mcp import McpFailure, McpServer, McpTool, call_tool, list_tools, server_prompt
 
 log = logging.getLogger("parlour")
 
 
 class Toolbox:
-    def __init__(self, tools: list[McpTool]):
+    def __init__(self, tools: list[McpTool], prompt: str = ""):
+        self.prompt = prompt  # what the servers' own prompts say, for the system prompt
         names = [tool.name for tool in tools]
         self._tools = {tool.name if names.count(tool.name) == 1 else f"{tool.server.label}__{tool.name}": tool
                        for tool in tools}
@@ -28,6 +29,7 @@ class Toolbox:
     async def gather(cls, servers: list[McpServer]) -> Toolbox:
         listed = await asyncio.gather(*(list_tools(server) for server in servers), return_exceptions=True)
         tools: list[McpTool] = []
+        answering: list[McpServer] = []
         for server, found in zip(servers, listed, strict=True):
             if isinstance(found, McpFailure):
                 log.warning("the tools of MCP server %r are not offered: %s", server.label, found)
@@ -35,7 +37,8 @@ class Toolbox:
                 raise found
             else:
                 tools += found
-        return cls(tools)
+                answering.append(server)
+        return cls(tools, "\n\n".join(filter(None, await asyncio.gather(*map(_prompt_of, answering)))))
 
     @property
     def specs(self) -> list[dict]:
@@ -68,3 +71,12 @@ class Toolbox:
         except McpFailure as error:
             text, failure = f"Error: {error}", error
         return {"role": "tool", "tool_call_id": call["id"], "content": text}, failure
+
+
+async def _prompt_of(server: McpServer) -> str:
+    """A server's prompt; one that offers none (or cannot say) adds nothing."""
+    try:
+        return await server_prompt(server)
+    except McpFailure as failure:
+        log.info("MCP server %r offers no prompt: %s", server.label, failure)
+        return ""

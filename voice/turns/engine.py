@@ -132,7 +132,8 @@ class TurnEngine:
         return request.toolbox if request.toolbox is not None else None if request.tools else self.toolbox
 
     def _offer(self, client: list[dict], toolbox: Toolbox | None) -> Offer:
-        return offer(self.research.policy == "model", client + (toolbox.specs if toolbox else []), self.llm.knows_tools)
+        return offer(self.research.policy == "model", client + (toolbox.specs if toolbox else []), self.llm.knows_tools,
+                     toolbox.prompt if toolbox else "")
 
     # A turn ----------------------------------------------------------------------------------
     async def respond(self, request: TurnRequest) -> AsyncGenerator[TurnEvent, None]:
@@ -172,7 +173,7 @@ class TurnEngine:
         # A client that brings its own tools (Home Assistant's) brings its own context: what the
         # user said in other conversations misled its device commands, so only the knowledge
         # base, where it bears on the question, is searched (a draft's research recalled too).
-        recall = not request.offered_tools()
+        recall = not request.offered_tools() and self._toolbox(request) is None  # nor one given an MCP server's
         exchange: list[dict] | None = None  # not researched yet
         if not question:
             exchange = []  # function results are the evidence

@@ -41,15 +41,19 @@ def tool_instructions(search: bool, client_tools: list[dict]) -> str:
 class Offer:
     tools: list[dict]  # everything offered: `search` first, then the client's
     native: list[dict] | None  # declared to a template that knows tools
-    instructions: str  # or, for a template that cannot declare them, their description for the system prompt
+    # What the system prompt gains: the MCP servers' prompt, and for a template that cannot
+    # declare tools, their description.
+    instructions: str
 
     @property
     def names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools]
 
 
-def offer(search: bool, client: list[dict], knows_tools: bool) -> Offer:
-    """The offer of `search` (if the policy lets the model ask) and the client's functions."""
+def offer(search: bool, client: list[dict], knows_tools: bool, servers_prompt: str = "") -> Offer:
+    """The offer of `search` (if the policy lets the model ask) and the client's functions; an MCP
+    server's own prompt (Home Assistant's names the home's devices) goes into the system prompt."""
     tools = ([SEARCH_TOOL] if search else []) + client
     native = tools if tools and knows_tools else None
-    return Offer(tools, native, "" if native or not tools else tool_instructions(search, client))
+    described = "" if native or not tools else tool_instructions(search, client)
+    return Offer(tools, native, "\n\n".join(part for part in (servers_prompt, described) if part))
