@@ -109,10 +109,12 @@ def test_a_name_two_servers_share_is_offered_with_each_label(home):
         ["turn_on", "turn_off", "broken"]  # a server that cannot be listed is left out, the others serve
 
 
-def turn_with_tools(tmp_path, home, replies: list[str], question: str) -> tuple[list, SessionStore, str, FakeModel]:
+def turn_with_tools(tmp_path, home, replies: list[str], question: str,
+                    earlier: tuple[dict, ...] = ()) -> tuple[list, SessionStore, str, FakeModel]:
     store = SessionStore(tmp_path / "sessions.sqlite3")
     session_id = store.create(INSTRUCTIONS)
-    store.append(session_id, {"role": "user", "content": question})
+    for message in [*earlier, {"role": "user", "content": question}]:
+        store.append(session_id, message)
     model = FakeModel(replies)
     engine = TurnEngine(model, store, Research("off", None), context=4096, reply_tokens=64)
 
@@ -152,3 +154,20 @@ def test_a_tool_that_fails_is_told_to_the_model_and_the_turn_goes_on(tmp_path, h
     assert isinstance(ran.failures[0], McpToolError)
     assert "the garage door does not answer" in ran.stored[1].message["content"]
     assert isinstance(events[-1], Done) and events[-1].figures.status == "complete"
+
+
+def test_an_earlier_command_leaves_the_prompt_and_the_next_question_is_told_what_it_did(tmp_path, home):
+    call = {"id": "call_1", "type": "function", "server_label": "home",
+            "function": {"name": "turn_on", "arguments": '{"name": "kitchen light"}'}}
+    earlier = ({"role": "user", "content": "Turn on the kitchen light."},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "The kitchen light is on."},
+               {"role": "assistant", "content": "The kitchen light is on now."})
+    again = '<tool_call>{"name": "turn_off", "arguments": {"name": "kitchen light"}}</tool_call>'
+    home.lights["kitchen light"] = True
+    _, store, session_id, model = turn_with_tools(tmp_path, home, [again, "It is off."], "And turn it off again.",
+                                                  earlier)
+    first = model.prompts[0]
+    assert [m["role"] for m in first] == ["system", "user"]  # shown the last command, the model answers in words
+    assert first[1]["content"].startswith("And turn it off again.") and "turn_on" in first[1]["content"]
+    assert home.lights["kitchen light"] is False and len(store.messages(session_id)) == len(earlier) + 4

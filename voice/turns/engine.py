@@ -252,7 +252,9 @@ class TurnEngine:
             # Right after function results the reply answers from them: the 1.5B otherwise often
             # called the same function again.
             after_results = result.messages[-1]["role"] == "tool" or (researched and attempt == 0)
-            prompt = result.messages if request.earlier_calls or not client else \
+            # Earlier commands leave the prompt where tools act on a home (an MCP server's, or a
+            # client's that says so): shown them, the model answers "and turn it off again" in words.
+            prompt = result.messages if request.earlier_calls and not toolbox or not client else \
                 without_earlier_commands(result.messages, {SEARCH_TOOL["function"]["name"]})
             # Rendering and tokenizing the prompt is blocking work too: a worker thread does it.
             reply = await asyncio.to_thread(
