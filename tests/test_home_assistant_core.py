@@ -17,6 +17,7 @@ from harness.home_assistant_core import (
     install,
     speech,
 )
+from harness.realtime import Client, done
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +72,12 @@ def test_the_wyoming_integration_finds_parlours_programs(home_assistant, make_se
 
 
 
-def test_parlour_over_wyoming_turns_on_the_kitchen_light_with_home_assistants_mcp_tools(
-        home_assistant, make_server, monkeypatch):
+def test_parlour_over_wyoming_and_spoken_realtime_turns_on_lights_with_home_assistants_mcp_tools(
+        home_assistant, make_server, monkeypatch, request):
     """HA's Model Context Protocol Server (the Assist API) and a long-lived token, made as its pages
     make them; Parlour started with HA's `/api/mcp` as its MCP server, then added to HA over Wyoming.
-    The command goes through HA's Wyoming conversation agent: Parlour calls HA's tool itself."""
+    A command through HA's Wyoming conversation agent, then one spoken to Parlour over Realtime with
+    no client tools: Parlour calls HA's tool itself both times."""
     home_assistant.add_mcp_server()
     monkeypatch.setenv("PARLOUR_TEST_HA_TOKEN", home_assistant.long_lived_token("Parlour"))
     server = make_server(wyoming_port=free_port(), mcp_servers=[f"home={home_assistant.mcp_url}"],
@@ -93,3 +95,13 @@ def test_parlour_over_wyoming_turns_on_the_kitchen_light_with_home_assistants_mc
     assert answer["response"]["response_type"] != "error", speech(answer)
     assert speech(answer).strip(), answer
     assert home_assistant.state("light.kitchen_light")["state"] == "on", speech(answer)
+
+    # Spoken to Parlour itself over Realtime, with no client tools: Parlour calls HA's tool.
+    home_assistant.call("light", "turn_off", entity_id="light.hallway_light")
+    spoken = request.getfixturevalue("speech")  # Piper's rendering; `speech` here reads HA's answers
+    client = Client(server.url())
+    events = client.speak(spoken("Turn on the hallway light."), max_tokens=40)
+    client.close()
+    (call,) = [item for item in done(events)["output"] if item["type"] == "mcp_call"]
+    assert call["server_label"] == "home" and call["error"] is None, call
+    assert home_assistant.state("light.hallway_light")["state"] == "on", call
