@@ -1,12 +1,14 @@
 """Tools on an MCP server, run by Parlour itself, with the real model: a real MCP server made with
 the `mcp` package (harness/mcp_server.py) behind a bearer token from the environment, reached from
-the chat API with the official `openai` client, from a spoken Realtime turn with no client tools, and
-from Home Assistant's Wyoming agent with the `wyoming` client."""
+the chat API with the official `openai` client, from `parlour chat`, from a spoken Realtime turn with
+no client tools, and from Home Assistant's Wyoming agent with the `wyoming` client."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import openai
 import pytest
@@ -90,3 +92,14 @@ async def until(client: AsyncTcpClient, wanted) -> Event:
         if wanted(event.type):
             return event
     raise AssertionError("the Wyoming server closed the connection")
+
+
+def test_parlour_chat_shows_the_call_it_ran_and_the_reply(home, home_server):
+    run = subprocess.run([sys.executable, "-m", "voice.cli", "chat", "--port", str(home_server.port)],
+                         input="Turn on the bedroom lamp.\n", capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert home.lights["bedroom lamp"] is True
+    lines = run.stdout.splitlines()
+    called = [line for line in lines if line.startswith("  [home: turn_on {")]
+    assert called and called[0].endswith("→ The bedroom lamp is on.]"), lines
+    assert any(line.startswith("parlour> ") for line in lines), lines

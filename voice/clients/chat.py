@@ -45,6 +45,14 @@ def research_line(item: dict) -> str | None:
     return None
 
 
+def tool_line(item: dict) -> str | None:
+    """A call the service ran on an MCP server, once it is done: what it called and what it got."""
+    if item.get("type") != "mcp_call":
+        return None
+    outcome = (item.get("error") or {}).get("message") if item.get("error") else item.get("output")
+    return f"  [{item.get('server_label')}: {item.get('name')} {item.get('arguments')} → {outcome}]"
+
+
 async def _read_line(prompt: str) -> str | None:
     def read() -> str | None:
         if sys.stdin.isatty():
@@ -104,6 +112,8 @@ async def _print_reply(websocket, request_id: str, out) -> None:
         event = json.loads(raw)
         kind = event.get("type")
         if kind == "conversation.item.added" and (line := research_line(event.get("item") or {})):
+            print(line, file=out, flush=True)
+        elif kind == "conversation.item.done" and (line := tool_line(event.get("item") or {})):
             print(line, file=out, flush=True)
         elif kind == "response.output_text.delta":
             if not started:
