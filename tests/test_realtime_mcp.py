@@ -1,10 +1,15 @@
 """A Realtime client's own `mcp` tools, with the real model: the strict protocol client (every server
 event validated against the `openai` package's RealtimeServerEvent) against a real server, whose
-`mcp_allowed_urls` lets it reach a real MCP server made with the `mcp` package (harness/mcp_server.py)."""
+`mcp_allowed_urls` lets it reach a real MCP server made with the `mcp` package (harness/mcp_server.py),
+and the official SDK's own session, whose parsing must give each event and item its GA class."""
 
 from __future__ import annotations
 
+import asyncio
+
+import openai.types.realtime as rt
 import pytest
+from openai import AsyncOpenAI
 
 from harness.mcp_server import HomeMcpServer
 from harness.realtime import Client, done, free_port
@@ -107,3 +112,36 @@ def test_a_call_that_needs_approval_runs_only_once_approved_and_the_next_respons
     assert declined[-1]["item"]["type"] == "mcp_approval_response" and declined[-1]["item"]["approve"] is False
     assert home.lights["kitchen light"] is False
     client.close()
+
+
+def test_the_openai_sdks_session_with_an_mcp_tool_gets_the_ga_events_and_items(home, make_server):
+    server = make_server(mcp_allowed_urls=[home.url])
+
+    async def session() -> list:
+        client = AsyncOpenAI(api_key="unused-locally", websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+        received: list = []
+        async with client.realtime.connect(model="parlour") as connection:
+            await connection.session.update(session={
+                "type": "realtime", "output_modalities": ["text"], "audio": {"input": {"turn_detection": None}},
+                "tools": [home_tool(home, require_approval="never")]})
+            while not isinstance(event := await asyncio.wait_for(connection.recv(), 60), rt.McpListToolsCompleted):
+                received.append(event)  # a response asked for before the listing ends has no tools yet
+            received.append(event)
+            question = [{"type": "input_text", "text": "Turn on the bedroom lamp."}]
+            await connection.conversation.item.create(item={"type": "message", "role": "user", "content": question})
+            await connection.response.create(response={"output_modalities": ["text"], "max_output_tokens": TOKENS})
+            while (event := await asyncio.wait_for(connection.recv(), 180)).type not in ("response.done", "error"):
+                received.append(event)
+            received.append(event)
+        return received
+
+    received = asyncio.run(session())
+    assert home.lights["bedroom lamp"] is True
+    kinds = {type(event) for event in received}  # the SDK parsed each into its own GA class
+    assert {rt.McpListToolsInProgress, rt.McpListToolsCompleted, rt.ResponseMcpCallArgumentsDelta,
+            rt.ResponseMcpCallArgumentsDone, rt.ResponseMcpCallInProgress, rt.ResponseMcpCallCompleted} <= kinds
+    items = {type(event.item) for event in received if isinstance(event, rt.ConversationItemDone)}
+    assert {rt.RealtimeMcpListTools, rt.RealtimeMcpToolCall} <= items
+    response = received[-1].response
+    call = next(item for item in response.output if isinstance(item, rt.RealtimeMcpToolCall))
+    assert call.name == "turn_on" and call.output == "The bedroom lamp is on." and call.error is None
