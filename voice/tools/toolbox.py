@@ -24,6 +24,10 @@ class Toolbox:
         names = [tool.name for tool in tools]
         self._tools = {tool.name if names.count(tool.name) == 1 else f"{tool.server.label}__{tool.name}": tool
                        for tool in tools}
+        # The tools as the model is offered them (OpenAI functions), under the names it calls: made
+        # once, as every turn's offer reads them.
+        self.specs = [{"type": "function", "function": {**tool.spec["function"], "name": name}}
+                      for name, tool in self._tools.items()]
 
     @classmethod
     async def gather(cls, servers: list[McpServer]) -> Toolbox:
@@ -39,12 +43,6 @@ class Toolbox:
                 tools += found
                 answering.append(server)
         return cls(tools, "\n\n".join(filter(None, await asyncio.gather(*map(_prompt_of, answering)))))
-
-    @property
-    def specs(self) -> list[dict]:
-        """The tools as the model is offered them (OpenAI functions), under the names it calls."""
-        return [{"type": "function", "function": {**tool.spec["function"], "name": name}}
-                for name, tool in self._tools.items()]
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
