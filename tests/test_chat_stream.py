@@ -219,6 +219,8 @@ def test_a_full_queue_answers_server_busy(make_server):
     busy = third.until("response.done")
     assert [e["error"]["code"] for e in busy if e["type"] == "error"] == ["server_busy"]
     assert done(busy)["status"] == "failed" and done(busy)["status_details"]["error"]["code"] == "server_busy"
+    first.send({"type": "response.cancel"})  # the story has kept the model busy long enough
+    assert done(first.until("response.done"))["status"] == "cancelled"
     assert done(second.until("response.done"))["status"] in ANSWERED
     for client in (first, second, third):
         client.close()

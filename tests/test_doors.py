@@ -114,7 +114,7 @@ def test_a_line_that_is_not_json_is_skipped_and_lost_framing_ends_the_stream():
 def test_a_live_fuzz_of_the_chat_apis_gets_no_500_and_no_traceback(make_server, caplog):
     server = make_server(research="off", reply_tokens=2)
     caplog.set_level(logging.WARNING, logger="parlour")
-    requests = doors.chat_requests(count=60, seed=7)
+    requests = doors.chat_requests(count=40, seed=7)
     statuses: dict[int, int] = {}
     for path, body in requests:
         status, reply = doors.post(server.port, path, body)
