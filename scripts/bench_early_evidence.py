@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.knowledge.questions import LICENSE_BASE
 from models.audio import BYTES_PER_MS, RATE
 from models.llm import LanguageModel
 from voice.config import Config
@@ -41,8 +42,6 @@ from voice.realtime.protocol import DRAFT_STEP_BYTES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_voice import QUESTIONS as BENCH_QUESTIONS
-from eval_research import DOCS
-from eval_research import QUESTIONS as EVAL_QUESTIONS
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -61,7 +60,7 @@ def main() -> None:
     config = Config(data_dir=str(work / "data"))
     docs = work / "docs"
     docs.mkdir()
-    for path in sorted(p for p in DOCS.rglob("*") if p.is_file()):
+    for path in sorted(p for p in LICENSE_BASE.folder.rglob("*") if p.is_file()):
         (docs / f"{path.name}.txt").write_text(path.read_text(errors="replace"))
     knowledge = KnowledgeBase(config.knowledge_path)
     knowledge.index(docs)
@@ -77,7 +76,7 @@ def main() -> None:
         exchange = research.for_question(question, spoken=True)
         return vocab.tokens([{"role": "user", "content": m["content"]} for m in exchange[1:]]) if exchange else []
 
-    questions = BENCH_QUESTIONS + [q.text for q in EVAL_QUESTIONS]
+    questions = BENCH_QUESTIONS + [q.text for q in LICENSE_BASE.questions]
     print(f"{vocab.name}, spoken evidence up to {args.research_tokens} tokens, a draft every "
           f"{DRAFT_STEP_BYTES // BYTES_PER_MS} ms of audio")
     print("per draft: ms before the last word / leading tokens of the final evidence it had")

@@ -3,9 +3,10 @@
 against each turn's floor, all measured in the same run on the same models.
 
 The knowledge base is a folder of real documents (by default the license texts in
-/usr/share/common-licenses), indexed as `parlour index` does. Each question is spoken by Piper (no
-microphone) and sent to a real Parlour server as push-to-talk audio; first audio is what the client
-sees, from sending the commit to the first audio delta.
+/usr/share/common-licenses), indexed as `parlour index` does. Each question is said by a voice
+Parlour never uses (`--voice`, harness/voices.py; no microphone) and sent to a real Parlour server
+as push-to-talk audio; first audio is what the client sees, from sending the commit to the first
+audio delta.
 
 The peer is the loop one would write first with the same packages: whisper on the clip, a search
 with the same knowledge base (the same passages Parlour finds, uncut), the reply streamed from the
@@ -26,7 +27,7 @@ whole passages, so the spoken session starts 3,700 tokens deep and reaches the e
 context, where history must make room.
 
 Run: .venv/bin/python scripts/bench_voice.py [--turns 16] [--typed 3] [--profile qwen2.5-coder-0.5b] [--research off]
-     [--release-ms 500]
+     [--release-ms 500] [--voice festival-slt-hts]
 It prints figures and the goals beside them; it asserts nothing.
 """
 
@@ -48,6 +49,7 @@ import jiwer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.realtime import Client, RunningServer, done
+from harness.voices import PIPER, say
 from models.audio import BYTES_PER_MS, RATE
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
@@ -232,6 +234,8 @@ def main() -> None:
     parser.add_argument("--typed", type=int, default=3, choices=range(len(TYPED) + 1),
                         help="typed research questions before the spoken ones (whole passages)")
     parser.add_argument("--no-peer", action="store_true", help="Parlour and the floor only")
+    parser.add_argument("--voice", default="festival-slt-hts",
+                        help=f"who says the questions: harness/voices.py's names, or {PIPER} (Parlour's own)")
     parser.add_argument("--release-ms", type=int, default=RELEASE_MS,
                         help="how long after the last word the key is let go")
     args = parser.parse_args()
@@ -264,9 +268,9 @@ def main() -> None:
         server.idle()
         if not args.no_peer:
             peer.typed(question)
-    print(f"{llm.name}, context {args.context}, {args.turns} spoken turns, research {args.research} "
-          f"(spoken evidence up to {args.research_tokens} tokens), key let go {args.release_ms} ms after the "
-          "last word; ms")
+    print(f"{llm.name}, context {args.context}, {args.turns} spoken turns said by {args.voice}, "
+          f"research {args.research} (spoken evidence up to {args.research_tokens} tokens), "
+          f"key let go {args.release_ms} ms after the last word; ms")
     if depth:
         print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
     print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'rsrch':>5} "
@@ -274,7 +278,7 @@ def main() -> None:
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} {'old':>6} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
-        clip = b"".join(tts.synthesize(QUESTIONS[n % len(QUESTIONS)])) + bytes(BYTES_PER_MS * args.release_ms)
+        clip = say(args.voice, QUESTIONS[n % len(QUESTIONS)], tts, rate=RATE) + bytes(BYTES_PER_MS * args.release_ms)
         ours = parlour_turn(client, clip, args.reply_tokens, server.service.store)
         # Background work is waited for, so each turn is measured alone: after a KV shift that is
         # the exact refresh, about 2 minutes of a full context on the default model.
