@@ -54,31 +54,33 @@ class SpeechToText:
                                                  cpu_threads=threads)
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = RATE, hotwords: str = "") -> Transcript:
+    def transcribe(self, audio: bytes | np.ndarray, sample_rate: int = RATE, hotwords: str = "",
+                   beam_size: int = 1) -> Transcript:
         """`hotwords`: words the speaker is likely to say (a knowledge base's names), given to whisper
-        as a prompt so that it hears them rather than the common words they sound like."""
+        as a prompt so that it hears them rather than the common words they sound like. `beam_size`:
+        1 is greedy; more searches several hypotheses, at about that many times the decoder's time."""
         started = time.perf_counter()
         samples = resample(as_samples(audio), sample_rate, WHISPER_RATE)
         audio_seconds = samples.size / WHISPER_RATE
         if samples.size == 0 or float(np.max(np.abs(samples))) < SILENCE_PEAK:
             return Transcript("", time.perf_counter() - started, audio_seconds)
         with self._lock:
-            text, repeated = self._decode(samples, hotwords, short=audio_seconds <= SHORT_AUDIO_S)
+            text, repeated = self._decode(samples, hotwords, beam_size, short=audio_seconds <= SHORT_AUDIO_S)
             if repeated:  # whisper looped in the short window: heard again as whisper usually hears
-                text, _ = self._decode(samples, hotwords, short=False)
+                text, _ = self._decode(samples, hotwords, beam_size, short=False)
         return Transcript(text, time.perf_counter() - started, audio_seconds)
 
-    def _decode(self, samples: np.ndarray, hotwords: str, short: bool) -> tuple[str, bool]:
+    def _decode(self, samples: np.ndarray, hotwords: str, beam_size: int, short: bool) -> tuple[str, bool]:
         """The text, and whether it loops. `short`: in the short window (audio of up to
-        SHORT_AUDIO_S), greedy only and at most SHORT_MAX_TOKENS (a loop ends there, not at 448
-        tokens decoded again at five temperatures); otherwise faster-whisper's usual decode, which
-        is never called a loop."""
+        SHORT_AUDIO_S), at temperature 0 only and at most SHORT_MAX_TOKENS (a loop ends there, not
+        at 448 tokens decoded again at five temperatures); otherwise faster-whisper's usual decode,
+        which is never called a loop."""
         self._model.short = short
         bounded = {"temperature": 0.0, "max_new_tokens": SHORT_MAX_TOKENS} if short else {}
         segments, _info = self._model.transcribe(
             samples,
             language=self.language,
-            beam_size=1,  # greedy: a third of beam-5's time on tiny.en, same words on clear speech
+            beam_size=beam_size,
             vad_filter=True,
             condition_on_previous_text=False,
             without_timestamps=True,

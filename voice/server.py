@@ -24,6 +24,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -35,6 +36,7 @@ from websockets.protocol import State
 from websockets.typing import Subprotocol
 
 from models.audio import RATE
+from models.stt import Transcript
 from voice import http_api
 from voice.chat import routes as chat_routes
 from voice.config import Config
@@ -75,6 +77,8 @@ class Service:
         # Whisper expects the knowledge base's names: "GNU" rather than "G&U"
         # (docs/research.md: Hearing the knowledge base).
         self.hotwords = " ".join(knowledge.vocabulary()) if knowledge is not None else ""
+        # ...and a name it still mishears ("boss brand") is mended into the name ("Vossbrandt").
+        self.mender = knowledge.mender() if knowledge is not None else None
         framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
         self.research = Research(config.research, knowledge, store, spoken_tokens=config.voice_research_tokens,
                                  count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
@@ -107,10 +111,12 @@ class Service:
             log.info("the model's cache of %d tokens from the last run is restored", restored)
         return restored
 
-    def transcribe(self, audio: bytes, rate: int = RATE):
-        """What whisper hears in `audio`, expecting the knowledge base's names; blocking, so callers
-        run it in a worker thread. Drafts, commits and Wyoming audio all come through here."""
-        return self.stt.transcribe(audio, rate, hotwords=self.hotwords)
+    def transcribe(self, audio: bytes, rate: int = RATE) -> Transcript:
+        """What whisper hears in `audio`, expecting the knowledge base's names, misheard names
+        mended; blocking, so callers run it in a worker thread. Drafts, commits and Wyoming audio
+        all come through here."""
+        heard = self.stt.transcribe(audio, rate, hotwords=self.hotwords, beam_size=self.config.stt_beam_size)
+        return replace(heard, text=self.mender.mend(heard.text)) if self.mender else heard
 
     def owner(self, request: Request) -> str | None:
         """The owner a websocket handshake acts for (see `owner_of_key`)."""

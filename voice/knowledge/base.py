@@ -21,10 +21,21 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from voice.knowledge.mending import Mender
+
 SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
 CHUNK_CHARS = 2_000
 RELEVANCE = 0.5  # a result is kept when its score is at least half the best one's
 ADDRESS = re.compile(r"\S+://\S+|www\.\S+|\S+@\S+|<[^>\s]+>")  # URLs and mail: gnu.org is no lower-case gnu
+# A postal address's line ("51 Franklin Street, Fifth Floor, Boston, MA 02110-1301 USA"): its
+# capitalized words are places, not what the texts are about, and whisper given "Street" and
+# "Boston" heard "copyright" as "Coon Str".
+POSTAL = re.compile(r"[^\n]*(?:\b\d+[ ,]+(?:[A-Z][a-z]+ ){1,3}(?:Street|St|Avenue|Ave|Road|Rd|Place|Lane|Drive|Way"
+                    r"|Row|Close|Crescent|Court|Terrace|Gardens)\b|\b[A-Z]{2},? \d{5}(?:-\d{4})?\b"
+                    r"|\b[A-Z]{1,2}\d{1,2}[A-Z]? \d[A-Z]{2}\b|\b(?:First|Second|Third|Fourth|Fifth) Floor\b)[^\n]*")
+# Capitalized as calendar words and company suffixes are, not as names a question would use.
+NOT_NAMES = frozenset("january february march april may june july august september october november december "
+                      "monday tuesday wednesday thursday friday saturday sunday christmas inc ltd llc corp".split())
 VOCABULARY_WORDS = 40  # names given to whisper: its prompt holds about 220 tokens, half for these
 # A question that names no document bears on the knowledge base when its best passage scores at
 # least this many times the weight (BM25's IDF) of a word found in one passage alone. By measurement
@@ -151,12 +162,22 @@ STOPWORDS = frozenset(
 
 
 # A spoken "version three" is the texts' "Version 3": whisper writes numbers either way.
-NUMBERS = {word: str(n) for n, word in enumerate("zero one two three four five six seven eight nine ten".split())}
+NUMBERS = {word: str(n) for n, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+TENS = {word: 10 * n for n, word in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)}
 
 
 def digits(text: str) -> str:
-    """Number words as digits, as the texts write them: "version two point one" is "version 2.1"."""
-    text = re.sub(r"\b(" + "|".join(NUMBERS) + r")\b", lambda m: NUMBERS[m.group(1)], text)
+    """Number words as digits, as the texts write them: "version two point one" is "version 2.1",
+    "twenty two" is "22", and a code said letter then number ("F twenty two") is "F22"."""
+    units = "|".join(list(NUMBERS)[1:10])
+    text = re.sub(rf"\b({'|'.join(TENS)})(?:[ -]({units}))?\b",
+                  lambda m: str(TENS[m.group(1).lower()] + int(NUMBERS.get((m.group(2) or "zero").lower(), 0))),
+                  text, flags=re.IGNORECASE)
+    text = re.sub(r"\b(" + "|".join(NUMBERS) + r")\b", lambda m: NUMBERS[m.group(1).lower()], text,
+                  flags=re.IGNORECASE)
+    text = re.sub(r"\b([B-HJ-Zb-hj-z])[ -](\d{1,3})\b", r"\1\2", text)
     return re.sub(r"\b(\d+) point (\d+)\b", r"\1.\2", text)
 
 
@@ -170,16 +191,17 @@ def _acronyms(title_words: list[str]) -> set[str]:
 def fts_query(text: str) -> str:
     """A question as an FTS5 query: its content words quoted (no syntax errors), any may match;
     number words also as digits."""
-    words = [w for w in dict.fromkeys(re.findall(r"\w+", text.lower())) if len(w) > 1 or w.isdigit()]
+    said = re.findall(r"\w+", text.lower())
+    words = [w for w in dict.fromkeys(said + re.findall(r"\w+", digits(text.lower()))) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
-    content += [NUMBERS[w] for w in content if w in NUMBERS and NUMBERS[w] not in content]
     return " OR ".join(f'"{w}"' for w in content)
 
 
 def telling_terms(text: str) -> set[str]:
-    """Content words, with plural and verb endings taken off so "tides" meets "tide"."""
-    words = (w for w in re.findall(r"\w+", text.lower()) if len(w) > 2 and w not in STOPWORDS)
-    return {re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w) for w in words}
+    """Content words and numbers (number words as digits), with plural and verb endings and a
+    final e taken off, so "tides" meets "tide" and "services" meets "serviced"."""
+    words = (w for w in re.findall(r"\w+", digits(text.lower())) if (len(w) > 2 or w.isdigit()) and w not in STOPWORDS)
+    return {re.sub(r"(?<=\w{4})e$", "", re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w)) for w in words}
 
 
 class KnowledgeBase:
@@ -193,6 +215,7 @@ class KnowledgeBase:
             self._db.executescript(SCHEMA)
         # Read from the chunks on first use, and again after each index.
         self._found_names: dict[str, _Name] | None = None
+        self._found_lower: frozenset[str] = frozenset()
         self._found_titles: dict[str, str] | None = None
         self._found_passages: int | None = None
 
@@ -245,7 +268,9 @@ class KnowledgeBase:
         """The words whisper should expect: the documents' titles' words first (Apache, Mozilla:
         what a question names), then the names the texts use (GNU, Netscape), in the most documents
         first, then the most often. Measured: a defined term among the names ("Opaque", from the
-        GFDL) once turned a spoken "Apache" into "Opaque" while the titles were not yet first."""
+        GFDL) once turned a spoken "Apache" into "Opaque" while the titles were not yet first; and
+        on voices Parlour never uses, names alone (acronyms and sample names, without the titles'
+        plain words) made whisper's word error worse than no words at all (docs/research.md)."""
         titles = sorted(set(self._titles().values()))
         words = [w if not w.isupper() or len(w) <= 5 else w.capitalize()
                  for title in titles for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)
@@ -274,7 +299,7 @@ class KnowledgeBase:
         lower: set[str] = set()
         names: dict[str, _Name] = {}
         for path, text in texts:
-            text = ADDRESS.sub(" ", text)
+            text = POSTAL.sub(" ", ADDRESS.sub(" ", text))
             for match in re.finditer(r"\b[A-Za-z][A-Za-z0-9]+\b", text):
                 word = match.group()
                 if word[0].islower():
@@ -282,14 +307,26 @@ class KnowledgeBase:
                     continue
                 acronym = word.isupper() and len(word) <= 5
                 inside = re.search(r"[A-Za-z0-9,;:)] $", text[max(0, match.start() - 2):match.start()])
-                if len(word) > 2 and word.lower() not in STOPWORDS and (acronym or (inside and not word.isupper())):
+                plain = word.lower()
+                if (len(word) > 2 and plain not in STOPWORDS and not {plain, plain[:-1]} & NOT_NAMES
+                        and (acronym or (inside and not word.isupper()))):
                     name = names.setdefault(word, _Name())
                     name.paths.add(path)
                     name.count += 1
         found = {word: name for word, name in names.items() if word.lower() not in lower}
         with self._lock:
-            self._found_names = found
+            self._found_names, self._found_lower = found, frozenset(lower)
         return found
+
+    def mender(self) -> Mender:
+        """What mends a transcript's misheard names into the texts' names (voice.knowledge.mending)."""
+        names = self._names()
+        return Mender(list(names), set(self._lower()), STOPWORDS)
+
+    def _lower(self) -> frozenset[str]:
+        """The words the texts write in lower case (outside addresses): common words, not names."""
+        self._names()
+        return self._found_lower
 
     def named_documents(self, question: str) -> set[str] | None:
         """The documents a question names: those whose title it says word for word ("the GNU General

@@ -1,0 +1,76 @@
+"""Misheard names mended: a transcript's words that sound like a knowledge base's name become it.
+
+Whisper writes a name it does not know as the common words it sounds like: "Vossbrandt" as "boss
+brand", "Kestrel" as "cestral". A search for those finds nothing, and the model repeats them. Hotwords
+hold only a few dozen names; this holds every name the texts use. A heard word, or two or three
+heard words run together, that the texts never use is compared with each name by spelling, after
+folding letters that sound alike; the closest name at `SIMILAR` or above takes its place.
+
+Words the texts use are never replaced ("boiler" stays), nor are short words, stop words or numbers:
+a name must be earned by a run of letters at least `SHORTEST` long.
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+
+SIMILAR = 0.8  # SequenceMatcher ratio of the folded spellings
+SHORTEST = 5  # letters in a heard run and in a name
+LONGEST_RUN = 3  # heard words run together: "boss brand" is one name
+# Letters that whisper's spellings swap for one another, folded to one: c/k/q as k, v/f/ph as f,
+# z as s, and doubled letters as one.
+FOLDS = ((r"ph", "f"), (r"ck", "k"), (r"[cq]", "k"), (r"v", "f"), (r"z", "s"), (r"(.)\1+", r"\1"))
+WORD = re.compile(r"[A-Za-z][A-Za-z']*")
+
+
+def fold(word: str) -> str:
+    folded = re.sub(r"[^a-z]", "", word.lower())
+    for pattern, replacement in FOLDS:
+        folded = re.sub(pattern, replacement, folded)
+    return folded
+
+
+class Mender:
+    def __init__(self, names: list[str], known: set[str], stopwords: frozenset[str] = frozenset()):
+        """`names`: the texts' names as they write them; `known`: every word the texts use, in
+        lower case; `stopwords`: words never taken for a name."""
+        self.names = {fold(name): name for name in names if len(name) >= SHORTEST and name.isalpha()}
+        self.known, self.stopwords = known, stopwords
+
+    def mend(self, text: str) -> str:
+        """`text` with each run of heard words that sounds like a name replaced by the name."""
+        if not self.names:
+            return text
+        words = list(WORD.finditer(text))
+        pieces, end, n = [], 0, 0
+        while n < len(words):
+            found = self._name_for(words, n)
+            if found is None:
+                n += 1
+                continue
+            name, length = found
+            last = words[n + length - 1]
+            said = text[words[n].start():last.end()]
+            if said.lower().removesuffix("'s") != name.lower():  # a name heard right stays as written
+                pieces += [text[end:words[n].start()], name + ("'s" if said.endswith("'s") else "")]
+                end = last.end()
+            n += length
+        return "".join(pieces) + text[end:]
+
+    def _name_for(self, words: list[re.Match], start: int) -> tuple[str, int] | None:
+        """The name the run of words from `start` sounds like, and how many words it takes; the
+        longest run first, so "boss brand" is one name and not "boss" alone."""
+        for length in range(min(LONGEST_RUN, len(words) - start), 0, -1):
+            run = [w.group().lower().removesuffix("'s") for w in words[start:start + length]]
+            if any(w in self.known or w in self.stopwords for w in run):
+                continue
+            heard = fold("".join(run))
+            if len(heard) < SHORTEST:
+                continue
+            scored = [(SequenceMatcher(None, heard, name).ratio(), name) for name in self.names
+                      if abs(len(name) - len(heard)) <= len(heard) // 3]
+            best = max(scored, default=(0.0, ""))
+            if best[0] >= SIMILAR:
+                return self.names[best[1]], length
+        return None
