@@ -18,7 +18,7 @@ answers (per knowledge base too), the domain-word error rate (domain words said 
 lacks) and the median first audio; and the same for the typed session.
 
 Run: .venv/bin/python scripts/eval_research.py [--voices flite-rms,festival-kal] [--only spoken|typed]
-         [--profile qwen2.5-coder-0.5b] [--research-tokens 180] [--reply-tokens 64]
+         [--profile qwen2.5-coder-0.5b] [--research-tokens 250] [--stt-beam-size 5] [--reply-tokens 64]
 It prints figures; it asserts nothing.
 """
 
@@ -28,6 +28,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -59,11 +60,12 @@ def main() -> None:
     parser.add_argument("--reply-tokens", type=int, default=64)
     parser.add_argument("--research-tokens", type=int, default=Config.voice_research_tokens,
                         help="voice_research_tokens: the bound on a spoken turn's evidence")
+    parser.add_argument("--stt-beam-size", type=int, default=Config.stt_beam_size, help="whisper's beam size")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-eval-"))
     config = Config(data_dir=str(work / "data"), llm_model=args.profile, reply_tokens=args.reply_tokens,
-                    temperature=0.0, voice_research_tokens=args.research_tokens)
+                    temperature=0.0, voice_research_tokens=args.research_tokens, stt_beam_size=args.stt_beam_size)
     knowledge = KnowledgeBase(config.knowledge_path)
     for base in BASES:
         knowledge.index(base.materialize(work / base.name))
@@ -72,7 +74,8 @@ def main() -> None:
     server.idle()
     questions = [(base.name, q) for base in BASES for q in base.questions]
     print(f"{server.service.llm.name}, research {config.research}, spoken evidence up to "
-          f"{config.voice_research_tokens} tokens, {len(questions)} questions a session")
+          f"{config.voice_research_tokens} tokens, whisper beam {config.stt_beam_size}, "
+          f"{len(questions)} questions a session")
 
     sessions = [] if args.only == "typed" else args.voices.split(",")
     sessions += [] if args.only == "spoken" else ["typed"]
@@ -89,7 +92,9 @@ def main() -> None:
                 turn = parlour_turn(client, clip(name, question.text, tts), args.reply_tokens, server.service.store)
                 heard, first_audio = turn["heard"], turn["first_audio"]
                 reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
+                started = time.perf_counter()
                 server.idle(timeout=900)  # each spoken turn is timed alone, after the background work
+                print(f"   (background work after it: {time.perf_counter() - started:.1f} s)")
             rows.append((base, question, right(question, reply), domain_misses(question, heard), first_audio))
             audio = f"{first_audio / 1000:5.2f} s" if first_audio == first_audio else "      "
             print(f"{n:>2} {'right' if rows[-1][2] else 'WRONG'} {audio}  heard: {heard}")

@@ -57,3 +57,9 @@ def test_spoken_numbers_and_codes_are_searched_as_the_texts_write_them():
     assert '"f22"' in fts_query("What does fault code F twenty two mean?")
     assert telling_terms("Who services the boiler?") & telling_terms("The boiler is serviced in October.") == {
         "servic", "boiler"}
+
+
+def test_a_name_heard_as_a_common_word_inside_a_title_is_put_back(mender):
+    assert mender.mend("When was version 3 of the new general public license published") == \
+        "When was version 3 of the GNU general public license published"
+    assert mender.mend("Is there new software here?") == "Is there new software here?"  # no title around it

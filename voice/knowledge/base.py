@@ -320,8 +320,9 @@ class KnowledgeBase:
 
     def mender(self) -> Mender:
         """What mends a transcript's misheard names into the texts' names (voice.knowledge.mending)."""
-        names = self._names()
-        return Mender(list(names), set(self._lower()), STOPWORDS)
+        titles = [[w if not w.isupper() or len(w) <= 5 else w.capitalize() for w in re.findall(r"[A-Za-z0-9.]+", title)]
+                  for title in sorted(set(self._titles().values()))]
+        return Mender(list(self._names()), set(self._lower()), STOPWORDS, titles)
 
     def _lower(self) -> frozenset[str]:
         """The words the texts write in lower case (outside addresses): common words, not names."""

@@ -7,7 +7,8 @@ heard words run together, that the texts never use is compared with each name by
 folding letters that sound alike; the closest name at `SIMILAR` or above takes its place.
 
 Words the texts use are never replaced ("boiler" stays), nor are short words, stop words or numbers:
-a name must be earned by a run of letters at least `SHORTEST` long.
+a name must be earned by a run of letters at least `SHORTEST` long. The one exception is a name inside
+a document's title: "the new General Public License" is the GNU one, since every other word was heard.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from difflib import SequenceMatcher
 SIMILAR = 0.8  # SequenceMatcher ratio of the folded spellings
 SHORTEST = 5  # letters in a heard run and in a name
 LONGEST_RUN = 3  # heard words run together: "boss brand" is one name
+SHORT_HEARD = 4  # letters at most of a word heard in a title in place of one of its names ("new" for "GNU")
 # Letters that whisper's spellings swap for one another, folded to one: c/k/q as k, v/f/ph as f,
 # z as s, and doubled letters as one.
 FOLDS = ((r"ph", "f"), (r"ck", "k"), (r"[cq]", "k"), (r"v", "f"), (r"z", "s"), (r"(.)\1+", r"\1"))
@@ -32,14 +34,20 @@ def fold(word: str) -> str:
 
 
 class Mender:
-    def __init__(self, names: list[str], known: set[str], stopwords: frozenset[str] = frozenset()):
+    def __init__(self, names: list[str], known: set[str], stopwords: frozenset[str] = frozenset(),
+                 titles: list[list[str]] | None = None):
         """`names`: the texts' names as they write them; `known`: every word the texts use, in
-        lower case; `stopwords`: words never taken for a name."""
+        lower case; `stopwords`: words never taken for a name; `titles`: the documents' titles as
+        words, for a name heard as a common word inside one (see `_in_titles`)."""
         self.names = {fold(name): name for name in names if len(name) >= SHORTEST and name.isalpha()}
         self.known, self.stopwords = known, stopwords
+        named = {name.lower() for name in names}
+        self.titles = [title for title in titles or [] if len(title) >= 3 and any(w.lower() in named for w in title)]
+        self.named = named
 
     def mend(self, text: str) -> str:
         """`text` with each run of heard words that sounds like a name replaced by the name."""
+        text = self._in_titles(text)
         if not self.names:
             return text
         words = list(WORD.finditer(text))
@@ -74,3 +82,18 @@ class Mender:
             if best[0] >= SIMILAR:
                 return self.names[best[1]], length
         return None
+
+    def _in_titles(self, text: str) -> str:
+        """A title said with one of its names heard as another short word ("the new General Public
+        License" for "the GNU General Public License"): the name is put back. Only where every other
+        word of the title was heard as it is written, so one word alone never becomes a name."""
+        words = list(WORD.finditer(text))
+        for title in self.titles:
+            wanted = [w.lower() for w in title]
+            for start in range(len(words) - len(title) + 1):
+                heard = [w.group().lower() for w in words[start:start + len(title)]]
+                wrong = [i for i, (h, t) in enumerate(zip(heard, wanted, strict=True)) if h != t]
+                if len(wrong) == 1 and wanted[wrong[0]] in self.named and len(heard[wrong[0]]) <= SHORT_HEARD:
+                    miss = words[start + wrong[0]]
+                    return self._in_titles(text[:miss.start()] + title[wrong[0]] + text[miss.end():])
+        return text
