@@ -7,7 +7,9 @@ The questions (harness/knowledge/questions.py) are over the license texts in
 indexed together into one knowledge base as `parlour index` does. Each has one fact the texts state
 plainly, a pattern that a right answer matches, and the domain words whisper must hear for the
 search to find it. A real Parlour server answers them:
-- spoken, once per voice, each voice in a session of its own so that history grows: rendered by
+- spoken, once per voice, each voice and knowledge base in a session of its own so that history
+  grows (all 46 in one session reach the end of the context by the 27th, and each turn after it
+  waits two minutes for the cache's exact refresh): rendered by
   harness/voices.py (flite, festival, espeak-ng; never Parlour's own voice unless asked for with
   `piper-joe`), streamed as a held key streams them (100 ms chunks in real time), released 0.5 s
   after the last word (scripts/bench_voice.py's turn);
@@ -19,6 +21,7 @@ lacks) and the median first audio; and the same for the typed session.
 
 Run: .venv/bin/python scripts/eval_research.py [--voices flite-rms,festival-kal] [--only spoken|typed]
          [--profile qwen2.5-coder-0.5b] [--research-tokens 250] [--stt-beam-size 5] [--reply-tokens 64]
+         [--first 10]
 It prints figures; it asserts nothing.
 """
 
@@ -28,7 +31,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -60,6 +62,7 @@ def main() -> None:
     parser.add_argument("--reply-tokens", type=int, default=64)
     parser.add_argument("--research-tokens", type=int, default=Config.voice_research_tokens,
                         help="voice_research_tokens: the bound on a spoken turn's evidence")
+    parser.add_argument("--first", type=int, default=0, help="only the first N questions (a shallow session)")
     parser.add_argument("--stt-beam-size", type=int, default=Config.stt_beam_size, help="whisper's beam size")
     args = parser.parse_args()
 
@@ -72,35 +75,34 @@ def main() -> None:
     stt, tts = load_stt(config), load_tts(config)
     server = RunningServer(config, load_llm(config), stt, tts)
     server.idle()
-    questions = [(base.name, q) for base in BASES for q in base.questions]
+    questions = [(base.name, q) for base in BASES for q in base.questions][:args.first or None]
     print(f"{server.service.llm.name}, research {config.research}, spoken evidence up to "
           f"{config.voice_research_tokens} tokens, whisper beam {config.stt_beam_size}, "
-          f"{len(questions)} questions a session")
+          f"{len(questions)} questions, a session per voice and knowledge base")
 
     sessions = [] if args.only == "typed" else args.voices.split(",")
     sessions += [] if args.only == "spoken" else ["typed"]
-    totals = {}
+    totals: dict[str, list] = {}
     for name in sessions:
-        client = Client(server.url())
         print(f"\n{name}")
-        rows = []
-        for n, (base, question) in enumerate(questions, 1):
-            if name == "typed":
-                events = client.ask(question.text, max_tokens=args.reply_tokens)
-                heard, first_audio, reply = question.text, float("nan"), reply_text(events)
-            else:
-                turn = parlour_turn(client, clip(name, question.text, tts), args.reply_tokens, server.service.store)
-                heard, first_audio = turn["heard"], turn["first_audio"]
-                reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
-                started = time.perf_counter()
-                server.idle(timeout=900)  # each spoken turn is timed alone, after the background work
-                print(f"   (background work after it: {time.perf_counter() - started:.1f} s)")
-            rows.append((base, question, right(question, reply), domain_misses(question, heard), first_audio))
-            audio = f"{first_audio / 1000:5.2f} s" if first_audio == first_audio else "      "
-            print(f"{n:>2} {'right' if rows[-1][2] else 'WRONG'} {audio}  heard: {heard}")
-            print(f"   reply: {' '.join(reply.split())}")
-        totals[name] = rows
-        client.close()
+        rows = totals.setdefault(name, [])
+        for base in BASES:  # a session per knowledge base: 46 questions would fill the context
+            client = Client(server.url())
+            for n, question in enumerate(q for b, q in questions if b == base.name):
+                if name == "typed":
+                    events = client.ask(question.text, max_tokens=args.reply_tokens)
+                    heard, first_audio, reply = question.text, float("nan"), reply_text(events)
+                else:
+                    turn = parlour_turn(client, clip(name, question.text, tts), args.reply_tokens,
+                                        server.service.store)
+                    heard, first_audio = turn["heard"], turn["first_audio"]
+                    reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
+                    server.idle(timeout=900)  # each spoken turn is timed alone, after the background work
+                rows.append((base.name, question, right(question, reply), domain_misses(question, heard), first_audio))
+                audio = f"{first_audio / 1000:5.2f} s" if first_audio == first_audio else "      "
+                print(f"{base.name[0]}{n + 1:>2} {'right' if rows[-1][2] else 'WRONG'} {audio}  heard: {heard}")
+                print(f"    reply: {' '.join(reply.split())}")
+            client.close()
 
     print()
     for name, rows in totals.items():
