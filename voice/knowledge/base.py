@@ -173,7 +173,7 @@ def digits(text: str) -> str:
     "twenty two" is "22", and a code said letter then number ("F twenty two") is "F22"."""
     units = "|".join(list(NUMBERS)[1:10])
     text = re.sub(rf"\b({'|'.join(TENS)})(?:[ -]({units}))?\b",
-                  lambda m: str(TENS[m.group(1).lower()] + int(NUMBERS.get((m.group(2) or "zero").lower(), 0))),
+                  lambda m: str(TENS[m.group(1).lower()] + (int(NUMBERS[m.group(2).lower()]) if m.group(2) else 0)),
                   text, flags=re.IGNORECASE)
     text = re.sub(r"\b(" + "|".join(NUMBERS) + r")\b", lambda m: NUMBERS[m.group(1).lower()], text,
                   flags=re.IGNORECASE)
@@ -195,6 +195,11 @@ def fts_query(text: str) -> str:
     words = [w for w in dict.fromkeys(said + re.findall(r"\w+", digits(text.lower()))) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
     return " OR ".join(f'"{w}"' for w in content)
+
+
+def title_words(title: str) -> list[str]:
+    """A title's words as a question would write them: "GNU", but "General" for "GENERAL"."""
+    return [w if not w.isupper() or len(w) <= 5 else w.capitalize() for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)]
 
 
 def telling_terms(text: str) -> set[str]:
@@ -271,9 +276,7 @@ class KnowledgeBase:
         GFDL) once turned a spoken "Apache" into "Opaque" while the titles were not yet first; and
         on voices Parlour never uses, names alone (acronyms and sample names, without the titles'
         plain words) made whisper's word error worse than no words at all (docs/research.md)."""
-        titles = sorted(set(self._titles().values()))
-        words = [w if not w.isupper() or len(w) <= 5 else w.capitalize()
-                 for title in titles for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)
+        words = [w for title in self._sorted_titles() for w in title_words(title)
                  if len(w) > 2 and w.lower() not in STOPWORDS]
         names = self._names()
         ranked = sorted(names, key=lambda w: (-len(names[w].paths), -names[w].count, w))
@@ -320,9 +323,11 @@ class KnowledgeBase:
 
     def mender(self) -> Mender:
         """What mends a transcript's misheard names into the texts' names (voice.knowledge.mending)."""
-        titles = [[w if not w.isupper() or len(w) <= 5 else w.capitalize() for w in re.findall(r"[A-Za-z0-9.]+", title)]
-                  for title in sorted(set(self._titles().values()))]
-        return Mender(list(self._names()), set(self._lower()), STOPWORDS, titles)
+        titles = [title_words(title) for title in self._sorted_titles()]
+        return Mender(list(self._names()), self._lower(), STOPWORDS, titles)
+
+    def _sorted_titles(self) -> list[str]:
+        return sorted(set(self._titles().values()))
 
     def _lower(self) -> frozenset[str]:
         """The words the texts write in lower case (outside addresses): common words, not names."""

@@ -14,6 +14,7 @@ a document's title: "the new General Public License" is the GNU one, since every
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from difflib import SequenceMatcher
 
 SIMILAR = 0.8  # SequenceMatcher ratio of the folded spellings
@@ -34,7 +35,7 @@ def fold(word: str) -> str:
 
 
 class Mender:
-    def __init__(self, names: list[str], known: set[str], stopwords: frozenset[str] = frozenset(),
+    def __init__(self, names: list[str], known: AbstractSet[str], stopwords: frozenset[str] = frozenset(),
                  titles: list[list[str]] | None = None):
         """`names`: the texts' names as they write them; `known`: every word the texts use, in
         lower case; `stopwords`: words never taken for a name; `titles`: the documents' titles as
