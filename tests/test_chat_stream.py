@@ -81,7 +81,7 @@ def test_a_research_turn_is_stored_as_a_tool_exchange(make_server, tmp_path):
 def test_a_long_research_session_always_fits_and_drops_old_research_first(make_server, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    topics = ("rain", "wind", "tides", "ferries")
+    topics = ("rain", "wind", "tides")  # by the third turn, research from two turns back has gone
     for topic in topics:
         (docs / f"{topic}.md").write_text("\n\n".join(
             f"# {topic.title()} {n}\n\n" + f"The {topic} of Galway, note {n}. " * 30 for n in range(3)))

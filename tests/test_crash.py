@@ -162,14 +162,16 @@ def test_replies_survive_sigkill_at_every_moment_of_a_session(kill_and_restart, 
 
 
 def test_a_clean_restart_keeps_the_models_cache_for_the_device_that_spoke_last(tmp_path):
-    """Home Assistant's prompt (2,000 tokens and more) is evaluated whole only once: `parlour serve`
-    stopped with SIGTERM keeps the model's cache, and the next start reads it back."""
+    """Home Assistant's prompt is evaluated whole only once: `parlour serve` stopped with SIGTERM
+    keeps the model's cache, and the next start reads it back. Its recorded request, with two of
+    its eleven tools so that the first start's evaluation stays short."""
     import json
     import urllib.request
 
     from harness import doors
 
-    body = json.dumps({**doors.HOME_ASSISTANT_CHAT, "stream": False, "options": {"num_predict": 2}}).encode()
+    body = json.dumps({**doors.HOME_ASSISTANT_CHAT, "tools": doors.HOME_ASSISTANT_CHAT["tools"][4:6],
+                       "stream": False, "options": {"num_predict": 2}}).encode()
 
     def command(server: ServerProcess) -> int:
         request = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/chat", body,
@@ -185,4 +187,4 @@ def test_a_clean_restart_keeps_the_models_cache_for_the_device_that_spoke_last(t
         after_restart = command(again)
     finally:
         again.kill()
-    assert first > 1_000 and after_restart < 20, (first, after_restart)
+    assert first > 500 and after_restart < 20, (first, after_restart)

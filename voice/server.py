@@ -279,7 +279,7 @@ class Service:
             await asyncio.gather(*self.http_connections, return_exceptions=True)
             if wyoming is not None:
                 await wyoming.stop()
-        await self.engine.idle()
+        await self.engine.close()
         if hasattr(self.llm, "save_cache"):
             saved = await asyncio.to_thread(self.llm.save_cache, self.config.model_cache)
             log.info("the model's cache of %d tokens is kept for the next start", saved)

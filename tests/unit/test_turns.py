@@ -261,6 +261,24 @@ def test_exchanges_the_next_turns_would_remove_are_summarized_ahead_so_the_next_
     assert result.dropped == 0 and summarized_s == 0 and len(model.prompts) == asked  # no summary at the turn
 
 
+def test_at_shutdown_warm_ups_stop_and_a_summary_asked_for_is_still_made(store):
+    summary = "The user asked about boats."
+    model = FakeModel([summary] * 4)
+    upkeep, _ = make_upkeep(model, store, context=400)
+    session_id = session_with(store, exchanges=5)
+
+    async def run() -> None:
+        upkeep.warm(session_id)
+        upkeep.summarize_ahead(session_id)
+        upkeep.close()
+        await upkeep.idle()
+
+    asyncio.run(run())
+    assert model.prefills == []  # the warm-up never began
+    _removed, stored = store.fit_state(session_id)
+    assert stored is not None and stored.text.startswith(summary)
+
+
 # Guesses prefilled while the key is held ------------------------------------------------------------
 def make_preemptions(model: FakeModel, store: SessionStore) -> Preemptions:
     prompt = TurnPrompt(model, store, context=4096, reply_tokens=100)

@@ -116,6 +116,11 @@ class TurnEngine:
         await self.preemptions.idle()
         await self.upkeep.idle()
 
+    async def close(self) -> None:
+        """Shutdown: warm-ups stop where they are, and the rest of the background work ends."""
+        self.upkeep.close()
+        await self.idle()
+
     def use_tools(self, toolbox: Toolbox) -> None:
         """Offer `toolbox`'s tools on every turn whose client brings no tools of its own."""
         self.toolbox = toolbox

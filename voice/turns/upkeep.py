@@ -8,7 +8,8 @@
 
 Both wait behind turns in the model's queue. A warm-up stops at its next batch as soon as a turn
 waits or a client is speaking (`hearing`), so whisper has the CPU while a question is spoken; a
-summary that has started runs to its end (it is short: only the exchanges about to leave).
+summary that has started runs to its end (it is short: only the exchanges about to leave). At
+shutdown (`close`) warm-ups stop too: they only save time for a turn this process will not serve.
 """
 
 from __future__ import annotations
@@ -33,15 +34,21 @@ class Upkeep:
         self.offer = offer  # what a turn without the client's tools offers: the prompt's prefix
         self.tasks: set[asyncio.Task] = set()
         self._heard_at = float("-inf")
+        self._closing = False
 
     def hearing(self) -> None:
         """A client is speaking: warm-ups stop at their next batch (putting the cache back as it
         was) and none starts for `HEARING_S`."""
         self._heard_at = time.monotonic()
 
+    def close(self) -> None:
+        """The service is stopping: a warm-up stops at its next batch and none starts. Summaries are
+        stored, so those asked for are still made."""
+        self._closing = True
+
     def _must_stop(self) -> bool:
-        """Read from the warm-up's worker thread; both answers are plain values."""
-        return self.queue.turn_waiting.is_set() or time.monotonic() - self._heard_at < HEARING_S
+        """Read from the warm-up's worker thread; every answer is a plain value."""
+        return self._closing or self.queue.turn_waiting.is_set() or time.monotonic() - self._heard_at < HEARING_S
 
     def warm(self, session_id: str | None = None, instructions: str = "", exact: bool = False) -> None:
         """Warm the next turn's prompt in the background (see the module docstring). With `exact`,
@@ -53,6 +60,8 @@ class Upkeep:
         self._start(self._holding_model(self.prompt.summarize_ahead, "summarizing ahead", session_id, self.offer))
 
     def _warm_now(self, session_id: str | None, instructions: str, exact: bool) -> None:
+        if self._closing:
+            return
         try:
             fitted = self.prompt.before_next_question(session_id, instructions, self.offer)
         except FitError:
