@@ -117,7 +117,8 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
         client = Client(server.url())
         seen = []
         for turn in range(turns):
-            client.say(f"Client {number}, question {turn}: say the word ok.")
+            # A question (not a statement) is never recalled into another session's prompt.
+            client.say(f"Client {number}, question {turn}: will you say the word ok?")
             client.send({"type": "response.create",
                          "response": {"output_modalities": ["text"], "max_output_tokens": 3}})
             response = done(client.until("response.done"))  # every response ends so, busy or not
@@ -140,7 +141,7 @@ def test_sixteen_clients_at_once_are_answered_or_told_the_server_is_busy(make_se
     for number, (session_id, *seen) in outcomes.items():
         stored = store.messages(session_id)
         questions = [m.message["content"] for m in stored if m.message["role"] == "user"]
-        assert questions == [f"Client {number}, question {t}: say the word ok." for t in range(turns)]
+        assert questions == [f"Client {number}, question {t}: will you say the word ok?" for t in range(turns)]
         # Every answered question is followed by its reply, in order.
         replies_after = [stored[i + 1].message["role"] == "assistant" if i + 1 < len(stored) else False
                          for i, m in enumerate(stored) if m.message["role"] == "user"]
