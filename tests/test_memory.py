@@ -12,10 +12,11 @@ from voice.knowledge.recall import recalled
 from voice.store.sessions import SessionStore
 
 FILLER = "Here is a note, no need to comment: " + "blue and green " * 60 + "Noted?"
+CONTEXT, REPLY = 768, 48  # a small context, filled in a few turns
 
 
 def test_summaries_are_made_before_exchanges_must_leave(make_server):
-    server = make_server(context=1024, reply_tokens=48)
+    server = make_server(context=CONTEXT, reply_tokens=REPLY)
     client = Client(server.url())
     client.ask("My sister's name is Maeve. Please remember that.", max_tokens=16)
     metadata = []
@@ -34,7 +35,7 @@ def test_summaries_are_made_before_exchanges_must_leave(make_server):
 
 
 def test_with_no_pause_nothing_is_dropped(make_server):
-    server = make_server(context=1024, reply_tokens=48)
+    server = make_server(context=CONTEXT, reply_tokens=REPLY)
     client = Client(server.url())
     client.ask("My sister's name is Maeve. Please remember that.", max_tokens=16)
     responses = []
@@ -45,14 +46,14 @@ def test_with_no_pause_nothing_is_dropped(make_server):
     assert responses[-1]["metadata"]["removed"] != "0"
     assert all(r["metadata"]["dropped"] == "0" for r in responses)
     assert any(r["metadata"]["summary"] == "true" for r in responses)
-    assert all(r["usage"]["input_tokens"] <= 1024 - 48 for r in responses)
+    assert all(r["usage"]["input_tokens"] <= CONTEXT - REPLY for r in responses)
     answer = reply_text(client.ask("What is my sister's name?", max_tokens=16))
     assert "Maeve" in answer
     client.close()
 
 
 def test_a_turn_that_must_remove_an_unsummarized_exchange_summarizes_it_first(make_server):
-    server = make_server(context=1024, reply_tokens=48)
+    server = make_server(context=CONTEXT, reply_tokens=REPLY)
     llm = server.service.llm
     client = Client(server.url())
     client.ask("My dog is called Biscuit. He is a small brown beagle from the shelter by the harbour, and every "
@@ -64,9 +65,9 @@ def test_a_turn_that_must_remove_an_unsummarized_exchange_summarizes_it_first(ma
     # of it always has room (a short reply once left a one-line exchange no shorter than its summary).
     transcript = server.service.store.transcript(client.session_id)
     before = llm.measure(transcript)
-    assert before - llm.measure(transcript[:1]) > summary_room(1024 - 48) + 8
+    assert before - llm.measure(transcript[:1]) > summary_room(CONTEXT - REPLY) + 8
     long = "Here is a note, no need to comment:"
-    while llm.count_message({"role": "user", "content": long}) < 1024 - 48 - before + 2:
+    while llm.count_message({"role": "user", "content": long}) < CONTEXT - REPLY - before + 2:
         long += " blue and green"
     assert not server.service.store.summaries(client.session_id)
     response = done(client.ask(long + " Just say OK.", max_tokens=8))
