@@ -17,13 +17,14 @@ import itertools
 import json
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
 import numpy as np
 
 from fitting.measure import estimate_message
+from models.call_writing import CallShape, CallWriting
 from models.chat_template import ChatTemplate, CountCache, Message
 from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
@@ -98,7 +99,7 @@ class LanguageModel:
         self._lock = threading.Lock()
         self._counts = CountCache()
         self._openers: tuple[np.ndarray, np.ndarray] | None = None
-        self._shape: tuple[str, str] | tuple[()] | None = None  # _call_shape's, once found
+        self._shape: CallShape | None = None  # _call_shape's, once found
         # What a prompt adds beyond its messages' own counts: BOS and the generation prompt. Measured
         # around a stub system message, since templates such as Qwen's read messages[0].
         self.prompt_overhead = self._bos_tokens + len(self._tokenize(self._render([_STUB_SYSTEM], True))) - len(
@@ -177,11 +178,15 @@ class LanguageModel:
         with the name and `", "arguments": {` when the tool is named: it writes the rest."""
         prompt = self.tokens(messages, tools)
         opening, shape = "", self._call_shape() if tools else None
+        names = tuple(spec.get("function", spec).get("name", "") for spec in tools or [])
+        writing = CallWriting(shape, names) if shape and shape.before else None
         if isinstance(must_call, str):
-            before, after = shape or ('{"name": "', '", "arguments": {')
+            before, after = (shape.before, shape.after_name) if shape else ('{"name": "', '", "arguments": {')
             opening = before + json.dumps(must_call)[1:-1] + after
+            if writing:
+                writing.written = opening[len(before):]
         elif must_call and shape:
-            opening = shape[0]  # the model writes the name on
+            opening = shape.before  # the model writes the name on
         if opening:
             prompt = prompt + self._tokenize(opening)
         if len(prompt) >= self.context:
@@ -191,7 +196,7 @@ class LanguageModel:
         # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
                                 open_with_call or bool(opening), avoid, bool(must_call) and not opening,
-                                bool(tools) and not opening)
+                                bool(tools) and not opening, writing, bool(opening))
         return reply.start(itertools.chain([opening], pieces) if opening else pieces)
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -349,12 +354,12 @@ class LanguageModel:
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str:
         return self.stream(messages, max_tokens, temperature).text()
 
-    def _call_shape(self) -> tuple[str, str] | None:
+    def _call_shape(self) -> CallShape | None:
         """How this model's template writes a call: the text before the tool's name, and from the
         name to the arguments' opening brace (Qwen's `<tool_call>\n{"name": "` and `", "arguments":
         {`). None for a template that writes no calls. Found once, by rendering one."""
         if self._shape is None:
-            self._shape = ()
+            self._shape = CallShape("", "")
             call = {"role": "assistant", "content": "", "tool_calls": [
                 {"id": "c", "type": "function", "function": {"name": _CALL_MARK, "arguments": {}}}]}
             try:
@@ -365,8 +370,8 @@ class LanguageModel:
             if self.knows_tools and whole.startswith(before) and _CALL_MARK in whole:
                 head, tail = whole[len(before):].split(_CALL_MARK, 1)
                 if head.strip() and "{}" in tail:
-                    self._shape = (head.lstrip(), tail[:tail.index("{}")] + "{")
-        return self._shape or None
+                    self._shape = CallShape(head.lstrip(), tail[:tail.index("{}")] + "{")
+        return self._shape if self._shape.before else None
 
     def _first_token_rule(self, start: int, open_with_call: bool, avoid: list[int], must_call: bool,
                           own: int | None):
@@ -407,37 +412,58 @@ class LanguageModel:
 
         return LogitsProcessorList([at_start])
 
-    def _sampled(self, prompt: list[int], temperature: float, processors,
-                 head: list[int]) -> Generator[int, None, None]:
+    def _sampled(self, prompt: list[int], temperature: float, processors, head: list[int],
+                 call: CallWriting | None, call_open: bool) -> Generator[int, None, None]:
         """The reply's tokens as llama.cpp samples them. When the first opens a call as the template
-        does (`head`'s first), the rest of `head` is written for the model and evaluated as one
-        batch: left to itself after `<tool_call>`, the 1.5B model ended the reply there."""
+        does (`head`'s first), the rest of `head` is written for the model: left to itself after
+        `<tool_call>`, the 1.5B model ended the reply there. In a call so opened (or `call_open`,
+        opened by the prompt), what `call` says the shape leaves no choice over is written for it too.
+        Each written text is evaluated as one batch with the token before it."""
         def generate(tokens: list[int], rule) -> Generator[int, Sequence[int] | None, None]:
             return self._llm.generate(tokens, temp=temperature, top_k=40, top_p=0.95, min_p=0.05,
                                       repeat_penalty=self.repeat_penalty, reset=True, logits_processor=rule)
 
-        tokens = generate(prompt, processors)
+        call = replace(call) if call else None  # each attempt writes its own call
+        written = list(prompt)
+        writing = call if call_open else None
+        tokens = generate(written, processors)
         try:
-            first = next(tokens, None)
-            if first is None:
-                return
-            if len(head) > 1 and first == head[0]:
-                tokens.close()
-                yield from head
-                tokens = generate(prompt + head, None)
-            else:
-                yield first
-            yield from tokens
+            while (token := next(tokens, None)) is not None:
+                forced: list[int] = []
+                text = ""
+                if len(written) == len(prompt) and len(head) > 1 and token == head[0]:
+                    forced, writing = head[1:], call
+                    text = writing.next_forced() if writing else ""
+                elif writing is not None:
+                    text = writing.next_forced(self._llm.detokenize([token]).decode("utf-8", "ignore"))
+                if text and writing is not None:
+                    forced += self._written_tokens(text, writing)
+                yield token
+                written.append(token)
+                if forced:
+                    tokens.close()
+                    for token in forced:
+                        yield token
+                        written.append(token)
+                    tokens = generate(written, None)
         finally:
             tokens.close()
 
+    def _written_tokens(self, text: str, writing: CallWriting) -> list[int]:
+        """`text`'s tokens to write for the model, less the last, which is left to it: after a
+        written ` {` the model no longer wrote its own ` {"`, and its arguments went wrong."""
+        tokens = self._tokenize(text)
+        writing.take_back(self._llm.detokenize(tokens[-1:]).decode("utf-8", "ignore"))
+        return tokens[:-1]
+
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
                   open_with_call: bool = True, avoid: list[int] | None = None,
-                  must_call: bool = False, calls: bool = False) -> Iterator[str]:
+                  must_call: bool = False, calls: bool = False, call: CallWriting | None = None,
+                  call_open: bool = False) -> Iterator[str]:
         stats = reply.stats
         with self._lock:
             shape = self._call_shape() if calls else None
-            head = self._tokenize(shape[0]) if shape else []
+            head = self._tokenize(shape.before) if shape else []
             processors = self._first_token_rule(len(prompt), open_with_call, avoid or [], must_call,
                                                 head[0] if head else None)
             llm = self._llm
@@ -460,7 +486,7 @@ class LanguageModel:
                     stats.shifted_tokens, stats.cached_tokens = 0, min(prefix, len(prompt) - 1)
                     stats.evaluated_tokens = len(prompt) - stats.cached_tokens
                 exact = stats.cached_tokens <= self._exact  # evaluated after an exact cache
-                tokens = self._sampled(prompt, temperature, processors, head)
+                tokens = self._sampled(prompt, temperature, processors, head, call, call_open)
                 empty = False
                 try:
                     for token in tokens:
