@@ -114,7 +114,7 @@ def test_a_line_that_is_not_json_is_skipped_and_lost_framing_ends_the_stream():
 def test_a_live_fuzz_of_the_chat_apis_gets_no_500_and_no_traceback(make_server, caplog):
     server = make_server(research="off", reply_tokens=2)
     caplog.set_level(logging.WARNING, logger="parlour")
-    requests = doors.chat_requests(count=40, seed=7)
+    requests = doors.chat_requests(count=30, seed=7)
     statuses: dict[int, int] = {}
     for path, body in requests:
         status, reply = doors.post(server.port, path, body)
@@ -123,7 +123,7 @@ def test_a_live_fuzz_of_the_chat_apis_gets_no_500_and_no_traceback(make_server, 
             problem = json.loads(reply)["error"]
             assert (problem if path.startswith("/api/") else problem["message"]).strip(), reply
     assert not [s for s in statuses if s >= 500], statuses
-    assert statuses.get(400, 0) > 18 and statuses.get(200, 0) > 6, statuses
+    assert statuses.get(400, 0) > 15 and statuses.get(200, 0) > 2, statuses
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info][:3]
     valid = json.dumps(doors.SHORT_HOME_ASSISTANT_CHAT | {"stream": False}).encode()
     status, reply = doors.post(server.port, "/api/chat", valid)
