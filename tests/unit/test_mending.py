@@ -27,6 +27,7 @@ def mender(tmp_path_factory) -> Mender:
     ("Who services the boss brand boiler?", "Who services the Vossbrandt boiler?"),
     ("What does fault code F22 mean on the cestral boiler?", "What does fault code F22 mean on the Kestrel boiler?"),
     ("When does our core vane broadband contract end?", "When does our Corvane broadband contract end?"),
+    ("When is Biscuit's booster at bright water?", "When is Biscuit's booster at Brightwater?"),
 ])
 def test_a_misheard_name_becomes_the_name_the_texts_use(mender, heard, mended):
     assert mender.mend(heard) == mended
@@ -43,6 +44,8 @@ def test_only_runs_the_texts_never_use_are_replaced():
     assert mender.mend("Is the Kestral's pump on?") == "Is the Kestrel's pump on?"  # a possessive stays one
     assert mender.mend("Is it at 1.3 bar?") == "Is it at 1.3 bar?"  # nothing like a name
     assert Mender([], known=set()).mend("boss brand") == "boss brand"
+    compound = Mender(["Quickwash"], known={"quick", "wash"})
+    assert compound.mend("a quick wash") == "a Quickwash" and compound.mend("a quick rinse") == "a quick rinse"
 
 
 def test_letters_that_sound_alike_fold_together():

@@ -7,8 +7,10 @@ heard words run together, that the texts never use is compared with each name by
 folding letters that sound alike; the closest name at `SIMILAR` or above takes its place.
 
 Words the texts use are never replaced ("boiler" stays), nor are short words, stop words or numbers:
-a name must be earned by a run of letters at least `SHORTEST` long. The one exception is a name inside
-a document's title: "the new General Public License" is the GNU one, since every other word was heard.
+a name must be earned by a run of letters at least `SHORTEST` long. Two exceptions: a name heard as
+the words it is made of, letter for letter ("bright water" is the "Brightwater" vets), and a name
+inside a document's title: "the new General Public License" is the GNU one, since every other word
+was heard.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Mender:
         lower case; `stopwords`: words never taken for a name; `titles`: the documents' titles as
         words, for a name heard as a common word inside one (see `_in_titles`)."""
         self.names = {fold(name): name for name in names if len(name) >= SHORTEST and name.isalpha()}
+        self.compounds = {name.lower(): name for name in self.names.values()}
         self.known, self.stopwords = known, stopwords
         named = {name.lower() for name in names}
         self.titles = [title for title in titles or [] if len(title) >= 3 and any(w.lower() in named for w in title)]
@@ -72,6 +75,8 @@ class Mender:
         longest run first, so "boss brand" is one name and not "boss" alone."""
         for length in range(min(LONGEST_RUN, len(words) - start), 0, -1):
             run = [w.group().lower().removesuffix("'s") for w in words[start:start + length]]
+            if length > 1 and "".join(run) in self.compounds:  # a name heard as the words it is made of
+                return self.compounds["".join(run)], length
             if any(w in self.known or w in self.stopwords for w in run):
                 continue
             heard = fold("".join(run))
