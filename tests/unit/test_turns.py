@@ -278,6 +278,17 @@ def test_at_shutdown_warm_ups_stop_and_a_summary_asked_for_is_still_made(store):
     _removed, stored = store.fit_state(session_id)
     assert stored is not None and stored.text.startswith(summary)
 
+    asked = len(model.prompts)
+    later = session_with(store, exchanges=5)
+
+    async def after_close() -> None:  # a turn that ended while the service stops asks for more
+        upkeep.summarize_ahead(later)
+        upkeep.warm(later)
+        await upkeep.idle()
+
+    asyncio.run(after_close())
+    assert len(model.prompts) == asked and model.prefills == [] and store.fit_state(later)[1] is None
+
 
 # Guesses prefilled while the key is held ------------------------------------------------------------
 def make_preemptions(model: FakeModel, store: SessionStore) -> Preemptions:

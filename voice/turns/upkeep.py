@@ -42,8 +42,8 @@ class Upkeep:
         self._heard_at = time.monotonic()
 
     def close(self) -> None:
-        """The service is stopping: a warm-up stops at its next batch and none starts. Summaries are
-        stored, so those asked for are still made."""
+        """The service is stopping: a warm-up stops at its next batch, and no work asked for from
+        now on starts. Summaries asked for before are stored, so they are still made."""
         self._closing = True
 
     def _must_stop(self) -> bool:
@@ -78,6 +78,9 @@ class Upkeep:
             self.queue.release()
 
     def _start(self, coroutine) -> None:
+        if self._closing:  # a turn that ended while the service stops: the next start does it if needed
+            coroutine.close()
+            return
         task = asyncio.get_running_loop().create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
