@@ -82,8 +82,7 @@ def test_health_and_figures_over_http(server):
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="Chromium is not installed (scripts/test installs it as root)")
-def test_the_page_in_a_real_browser(make_server, tts, tmp_path):
-    server = make_server(reply_tokens=32)  # the second reply is played to its end
+def test_the_page_in_a_real_browser(server, tts, tmp_path):
     microphone = tmp_path / "question.wav"
     seconds = speak_to_wav(tts, "Tell me a long story about a lighthouse keeper.", microphone, 48_000, padding_s=0.4)
     browser = Chromium(f"http://127.0.0.1:{server.port}/", microphone, tmp_path / "profile")
