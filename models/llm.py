@@ -178,15 +178,13 @@ class LanguageModel:
         with the name and `", "arguments": {` when the tool is named: it writes the rest."""
         prompt = self.tokens(messages, tools)
         opening, shape = "", self._call_shape() if tools else None
-        names = tuple(spec.get("function", spec).get("name", "") for spec in tools or [])
-        writing = CallWriting(shape, names) if shape and shape.before else None
         if isinstance(must_call, str):
             before, after = (shape.before, shape.after_name) if shape else ('{"name": "', '", "arguments": {')
             opening = before + json.dumps(must_call)[1:-1] + after
-            if writing:
-                writing.written = opening[len(before):]
         elif must_call and shape:
             opening = shape.before  # the model writes the name on
+        names = tuple(spec.get("function", spec).get("name", "") for spec in tools or [])
+        writing = CallWriting(shape, names, opening[len(shape.before):]) if shape else None
         if opening:
             prompt = prompt + self._tokenize(opening)
         if len(prompt) >= self.context:

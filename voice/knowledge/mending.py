@@ -75,11 +75,12 @@ class Mender:
         longest run first, so "boss brand" is one name and not "boss" alone."""
         for length in range(min(LONGEST_RUN, len(words) - start), 0, -1):
             run = [w.group().lower().removesuffix("'s") for w in words[start:start + length]]
-            if length > 1 and "".join(run) in self.compounds:  # a name heard as the words it is made of
-                return self.compounds["".join(run)], length
+            joined = "".join(run)
+            if length > 1 and joined in self.compounds:  # a name heard as the words it is made of
+                return self.compounds[joined], length
             if any(w in self.known or w in self.stopwords for w in run):
                 continue
-            heard = fold("".join(run))
+            heard = fold(joined)
             if len(heard) < SHORTEST:
                 continue
             scored = [(SequenceMatcher(None, heard, name).ratio(), name) for name in self.names
