@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from voice.config import Config
 from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
 
 
@@ -173,6 +174,24 @@ def test_spoken_evidence_keeps_the_opening_of_the_document_asked_about(tmp_path,
     evidence = research.for_question("In which city is the address of the GPL version two?", spoken=True)[-1]
     assert "Boston" in evidence["content"] and "June 1991" in evidence["content"]
     assert "gpl-3.txt" not in evidence["content"]
+
+
+def test_a_documents_boilerplate_does_not_crowd_out_the_answer(tmp_path, llm):
+    """The GPL 3's opening keeps its figures, and its "Everyone is permitted to copy ..." competes with
+    the terms' sentences: kept whole, it left no room for the 60 days under the default bound."""
+    from harness.knowledge.questions import BASES
+    from voice.knowledge.research import Research
+
+    knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
+    knowledge.index(BASES[0].materialize(tmp_path / "licenses"))
+    framing = llm.count_message({"role": "tool", "content": ""})
+    research = Research("auto", knowledge, spoken_tokens=Config.voice_research_tokens,
+                        count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
+    evidence = research.for_question("Under the GNU General Public License version three, after how many days without "
+                                     "notice from the copyright holder is my license reinstated permanently?",
+                                     spoken=True)[-1]["content"]
+    assert "60 days" in evidence and "Version 3, 29 June 2007" in evidence
+    assert "Everyone is permitted to copy" not in evidence
 
 
 def test_a_text_that_several_documents_share_is_one_result(tmp_path):

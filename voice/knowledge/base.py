@@ -190,11 +190,11 @@ def _acronyms(title_words: list[str]) -> set[str]:
 
 def fts_query(text: str) -> str:
     """A question as an FTS5 query: its content words quoted (no syntax errors), any may match;
-    number words also as digits."""
+    number words also as digits, and neighbouring content words also joined."""
     said = re.findall(r"\w+", text.lower())
     words = [w for w in dict.fromkeys(said + re.findall(r"\w+", digits(text.lower()))) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
-    return " OR ".join(f'"{w}"' for w in content)
+    return " OR ".join(f'"{w}"' for w in content + joined_words(text))
 
 
 def title_words(title: str) -> list[str]:
@@ -202,11 +202,30 @@ def title_words(title: str) -> list[str]:
     return [w if not w.isupper() or len(w) <= 5 else w.capitalize() for w in re.findall(r"[A-Za-z][A-Za-z0-9]+", title)]
 
 
+# Abbreviations notes use for words a question says: "Dr Castellane" is the doctor asked about.
+ABBREVIATIONS = {"dr": "doctor", "min": "minute", "mins": "minutes", "hr": "hour", "hrs": "hours",
+                 "approx": "approximately", "tel": "telephone"}
+
+
 def telling_terms(text: str) -> set[str]:
-    """Content words and numbers (number words as digits), with plural and verb endings and a
-    final e taken off, so "tides" meets "tide" and "services" meets "serviced"."""
-    words = (w for w in re.findall(r"\w+", digits(text.lower())) if (len(w) > 2 or w.isdigit()) and w not in STOPWORDS)
+    """Content words and numbers (number words as digits), abbreviations written out, with plural
+    and verb endings and a final e taken off, so "tides" meets "tide", "services" meets "serviced"
+    and "doctor" meets "Dr"."""
+    said = (ABBREVIATIONS.get(w, w) for w in re.findall(r"\w+", digits(text.lower())))
+    words = (w for w in said if (len(w) > 2 or w.isdigit()) and w not in STOPWORDS)
     return {re.sub(r"(?<=\w{4})e$", "", re.sub(r"(?<=\w{3})(ing|ed|(?<!s)s)$", "", w)) for w in words}
+
+
+def asked_terms(question: str) -> set[str]:
+    """A question's telling terms, and its neighbouring content words joined (`joined_words`)."""
+    return telling_terms(question) | telling_terms(" ".join(joined_words(question)))
+
+
+def joined_words(text: str) -> list[str]:
+    """Each pair of neighbouring content words, joined: a name heard as the words it is made of
+    ("quick wash") still meets the name (Quickwash)."""
+    words = re.findall(r"[a-z]+", text.lower())
+    return [a + b for a, b in zip(words, words[1:], strict=False) if a not in STOPWORDS and b not in STOPWORDS]
 
 
 class KnowledgeBase:
@@ -442,14 +461,18 @@ KEY_SENTENCES = "The sentences that bear most on the question:"
 NO_RESULTS = "No results in the knowledge base."
 
 
+def heading(number: int, result: SearchResult) -> str:
+    """A passage's heading as the model reads it: its number, title and file name."""
+    return f"[{number}] {result.title}{f' ({Path(result.path).name})' if result.path else ''}"
+
+
 def format_results(results: list[SearchResult], key_sentences: str = "") -> str:
     """The search tool's result as the model reads it: the passages, numbered, then the
     `key_sentences` if any (those that bear most on the question, so that the small models read the
     fact next to the question rather than its neighbour in a long passage)."""
     if not results:
         return NO_RESULTS
-    passages = "\n\n".join(f"[{n}] {r.title}{f' ({Path(r.path).name})' if r.path else ''}\n{r.text}"
-                           for n, r in enumerate(results, 1))
+    passages = "\n\n".join(f"{heading(n, r)}\n{r.text}" for n, r in enumerate(results, 1))
     if key_sentences:
         passages += f"\n\n{KEY_SENTENCES}\n{key_sentences}"
     # Without this line the small models often repeat the call instead of answering (eval_model.py).

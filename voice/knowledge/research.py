@@ -35,7 +35,15 @@ from dataclasses import replace
 
 from fitting.measure import estimate_text
 from models.tool_calls import new_call
-from voice.knowledge.base import NO_RESULTS, KnowledgeBase, SearchResult, format_results, telling_terms
+from voice.knowledge.base import (
+    NO_RESULTS,
+    KnowledgeBase,
+    SearchResult,
+    asked_terms,
+    format_results,
+    heading,
+    telling_terms,
+)
 from voice.knowledge.recall import recalled
 from voice.store.sessions import SessionStore
 from voice.text.clock import without_clock
@@ -133,8 +141,10 @@ class Research:
 KEY_SENTENCE_TOKENS = 120
 KEY_SENTENCE_FLOOR = 0.5
 
-# A document's opening sentences that begin in its first this many characters are kept in spoken
-# evidence: its title, version and date, author and address (the GPL 2's Boston is at 150).
+# A document's opening sentences that begin in its first this many characters, and hold a figure,
+# are kept in spoken evidence: its title, version and date, author and address (the GPL 2's Boston
+# is at 150). Its boilerplate ("Everyone is permitted to copy ...") competes like any sentence: kept
+# whole, it crowded out the GPL 3's 60 days.
 OPENING_CHARS = 200
 
 
@@ -144,8 +154,9 @@ def spoken_evidence(question: str, results: list[SearchResult], bound: int,
     (rarer words count more), under `bound` tokens with each passage's heading, each passage's
     sentences kept in their order. Passages with none of them are left out; if no sentence shares a
     word, the first passage's opening sentences are kept. A document's opening keeps its first
-    sentences whatever they share: they say its version, date, author and address, which a question
-    asks in words they do not use ("In which city is the address ..."). No generation is needed.
+    sentences that hold a figure, whatever they share: they say its version, date, author and
+    address, which a question asks in words they do not use ("In which city is the address ...").
+    No generation is needed.
     `count` gives a text's tokens."""
     chosen = _bearing_sentences(question, results, bound, count)
     kept = {p for p, _, _ in chosen}
@@ -168,13 +179,13 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
                        count: Callable[[str], int], floor: float = 0.0) -> list[tuple[int, int, str]]:
     """(passage, position, sentence) of the sentences `spoken_evidence` keeps, in passage order;
     with `floor`, only those that share at least that share of the best one's weight."""
-    asked = telling_terms(question)
+    asked = asked_terms(question)
     candidates = []  # (passage, position, sentence, its terms, whether it opens a document)
     for p, result in enumerate(results):
         splitter, start = Sentences(first_words=0), 0
         for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
-                opens = result.opening and start < OPENING_CHARS
+                opens = result.opening and start < OPENING_CHARS and re.search(r"\d", sentence) is not None
                 candidates.append((p, n, sentence, telling_terms(sentence) & asked, opens))
             start += len(sentence) + 1
     frequency = Counter(term for _, _, _, shared, _ in candidates for term in shared)
@@ -188,7 +199,7 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
     for later, negated, p, n, sentence in ranked:
         if chosen and later and (negated == 0 or -negated < floor * best):
             break
-        cost = count(sentence) + (0 if p in opened else count(f"[{p + 1}] {results[p].title} ({results[p].path})"))
+        cost = count(sentence) + (0 if p in opened else count(heading(p + 1, results[p])))
         if used + cost <= bound or not chosen:  # the best sentence is kept even alone over the bound
             chosen.append((p, n, sentence))
             used += cost
@@ -198,12 +209,36 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
 
 def _unwrap(text: str) -> str:
     """Hard-wrapped lines joined into their paragraphs, so that the splitter finds sentences rather
-    than lines (license texts break every 70 characters). Headings and list items keep their lines."""
+    than lines (license texts break every 70 characters). Headings and list items keep their lines,
+    and a table's rows become lines of their own (`_table_rows`)."""
     lines: list[str] = []
-    for line in text.split("\n"):
+    table: list[str] = []
+    for line in [*text.split("\n"), ""]:
+        if line.lstrip().startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            lines += [row for row_text in _table_rows(table) for row in (row_text, "")]
+            table = []
         if lines and lines[-1].strip() and line.strip() and not lines[-1].lstrip().startswith("#") \
                 and not re.match(r"\s*([#*-]|\d+[.)])\s", line):
             lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
         else:
             lines.append(line)
     return "\n".join(lines)
+
+
+def _table_rows(lines: list[str]) -> list[str]:
+    """A Markdown table's rows as sentences that name each cell by its column: "Breaker: 9; Circuit:
+    Electric shower." A row read alone, or a table read whole, left the 1.5B model to count columns,
+    and it gave the shower the first row's breaker. A table cut off from its header (a passage that
+    begins inside it) keeps its cells unnamed."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
+    header: list[str] = []
+    if len(rows) > 1 and all(re.fullmatch(r":?-+:?", cell) for cell in rows[1]):
+        header, rows = rows[0], rows[2:]
+    sentences = []
+    for row in rows:
+        cells = zip(header or [""] * len(row), row, strict=False)
+        sentences.append("; ".join(f"{name}: {cell}" if name else cell for name, cell in cells if cell) + ".")
+    return sentences
