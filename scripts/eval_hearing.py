@@ -135,7 +135,7 @@ def main() -> None:
             heard = []
             for clip, transcript in zip(clips, transcripts, strict=True):
                 text = mender.mend(transcript.text) if mending == "on" else transcript.text
-                evidence = research.for_question(text, spoken=True, recall=False)
+                evidence = research.for_question(text, spoken=True)
                 found = right(clip.question, " ".join(m.get("content") or "" for m in evidence))
                 heard.append(Heard(clip, text, transcript.seconds, found))
                 if args.show and words(text) != words(clip.question.text):

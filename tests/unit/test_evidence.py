@@ -44,3 +44,12 @@ def test_a_name_heard_as_the_words_it_is_made_of_finds_its_row(research):
 
 def test_an_abbreviation_meets_the_word_said(research):
     assert "Dr Anwen Castellane" in evidence(research, "Who is our doctor at Larkhill Surgery?")
+
+
+def test_a_turn_that_acts_researches_questions_and_not_commands(research):
+    for command in ("Turn on the kitchen light.", "Lock the front door.", "Set the thermostat to 21 degrees."):
+        assert research.for_question(command), command  # the notes' words match it...
+        assert research.for_question(command, acting=True) == [], command  # ...but it asks for nothing
+    assert "Breaker: 9" in research.for_question("Which breaker is the electric shower on?", acting=True)[1]["content"]
+    assert research.for_question("who services the Vossbrandt boiler", acting=True)  # heard without its mark
+    assert research.for_question("Tell me when the bins go out.", acting=True)

@@ -119,20 +119,38 @@ class Research:
         return format_results(found, key_sentences(query, found, KEY_SENTENCE_TOKENS, self.count))
 
     def for_question(self, question: str, spoken: bool = False, session_id: str | None = None,
-                     recall: bool = True) -> list[dict]:
+                     acting: bool = False) -> list[dict]:
         """The `auto` policy's tool exchange for a question ([] under other policies). A question
         the knowledge base has nothing for (`KnowledgeBase.bears_on`; or there is none) and that
         recalls nothing gets no exchange: it is answered as if research were off, at its speed.
-        Without `recall`, the user's other sessions are not searched."""
+        An `acting` turn offers tools that act (a client's, Home Assistant's, or an MCP server's): the
+        user's other sessions are not searched, and only what is asked as a question is (`asks`). A
+        command ("Turn on the kitchen light.") gets no passages: the household notes bore on 16 of Home
+        Assistant's 20 evaluated commands by their words ("kitchen", "front door"), and each cost the
+        command their prefill."""
         question = without_clock(question)  # Home Assistant's time of day is not what was asked
-        if self.policy != "auto" or not question.strip():
+        if self.policy != "auto" or not question.strip() or acting and not asks(question):
             return []
         bears = self.knowledge is not None and self.knowledge.bears_on(question)
-        if not bears and not recall:
+        if not bears and acting:
             return []
         return self.run([new_call("search", {"query": question})], found_only=not bears,
-                        spoken_question=question if spoken else None, session_id=session_id if recall else None,
-                        knowledge=bears)
+                        spoken_question=question if spoken else None,
+                        session_id=None if acting else session_id, knowledge=bears)
+
+
+# How a question begins, or ends: a sentence that neither begins with one of these words nor ends in
+# a question mark is a statement or a command.
+QUESTION_WORDS = frozenset(
+    "who whom whose what when where which why how is are was were am do does did can could should would will "
+    "shall may might must has have had isn't aren't wasn't weren't don't doesn't didn't can't couldn't won't "
+    "tell remind explain describe".split())
+
+
+def asks(text: str) -> bool:
+    """Whether `text` is asked as a question (or a request to be told), not given as a command."""
+    words = re.findall(r"[\w']+", text.lower())
+    return text.rstrip().endswith("?") or bool(words) and words[0] in QUESTION_WORDS
 
 
 # A text turn's passages are followed by their sentences that bear most on the question, this many

@@ -177,16 +177,16 @@ class TurnEngine:
         figures, research_started = request.figures, time.perf_counter()
         # A client that brings its own tools (Home Assistant's) brings its own context: what the
         # user said in other conversations misled its device commands, so only the knowledge
-        # base, where it bears on the question, is searched (a draft's research recalled too).
-        recall = not request.offered_tools() and self._toolbox(request) is None  # nor one given an MCP server's
+        # base is searched, for a question it bears on, never for a command (Research.for_question).
+        acting = bool(request.offered_tools()) or self._toolbox(request) is not None  # or an MCP server's
         exchange: list[dict] | None = None  # not researched yet
         if not question:
             exchange = []  # function results are the evidence
-        elif recall:  # the research of a draft that heard this question, if one did
+        elif not acting:  # the research of a draft that heard this question, if one did
             exchange = await self.preemptions.take(request.session_id, question, request.spoken, figures)
         if exchange is None:
             exchange = await asyncio.to_thread(self.research.for_question, question, request.spoken,
-                                               request.session_id, recall)
+                                               request.session_id, acting)
         if exchange:
             yield Researched(await row.insert_before(exchange))
             figures.research_tokens = await asyncio.to_thread(

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Does research give a turn only what bears on it? Model-free: the knowledge base and the research
+policy alone, with the model's tokenizer for the bound on spoken evidence.
+
+The knowledge base is the research evaluation's two folders indexed together (the license texts and
+a household's notes, harness/knowledge/questions.py), as a user with both would have it. It prints:
+- Home Assistant's evaluated commands and state questions (scripts/eval_home_assistant.py), as the
+  turns that offer HA's tools see them (`acting`), and as a turn without tools would: how many were
+  given passages, which none of them needs;
+- questions about the world and the conversation, which no passage answers: how many were given;
+- the 46 research questions as written, spoken and typed: how many were given passages, and how many
+  of those held the answer.
+
+Run: .venv/bin/python scripts/eval_precision.py [--show]
+It prints figures; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.knowledge.questions import BASES, right
+from models.llm import LanguageModel
+from voice.config import Config
+from voice.engines import llm_path
+from voice.knowledge.base import KnowledgeBase
+from voice.knowledge.research import Research
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_home_assistant import COMMANDS, QUESTIONS
+
+# No passage answers these: the world's facts, arithmetic, and the conversation itself.
+UNRELATED = [question for question, _ in QUESTIONS] + [
+    "Who wrote Hamlet?", "What is twelve times eight?", "Tell me a story about a lighthouse.",
+    "What did I ask you first?", "Summarize what we discussed.", "Thanks, that's all."]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--show", action="store_true", help="name each text that was given passages")
+    args = parser.parse_args()
+    config = Config()
+    work = Path(tempfile.mkdtemp(prefix="parlour-precision-"))
+    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
+    for base in BASES:
+        knowledge.index(base.materialize(work / base.name))
+    tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True)
+    framing = tokenizer.count_message({"role": "tool", "content": ""})
+    research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens,
+                        count=lambda text: tokenizer.count_message({"role": "tool", "content": text}) - framing)
+
+    def given(texts: list[str], label: str, **how) -> None:
+        hits = [text for text in texts if research.for_question(text, **how)]
+        print(f"{label:52} given passages: {len(hits)} of {len(texts)}")
+        for text in hits if args.show else []:
+            print(f"    {text}")
+
+    commands = [command.text for command in COMMANDS]
+    given(commands, "Home Assistant's commands, in a turn with its tools", acting=True)
+    given(commands, "Home Assistant's commands, in a turn without tools")
+    given(UNRELATED, "questions no passage answers")
+    for spoken in (True, False):
+        for base in BASES:
+            evidence = [research.for_question(q.text, spoken=spoken) for q in base.questions]
+            held = sum(right(q, exchange[1]["content"]) for q, exchange in zip(base.questions, evidence, strict=True)
+                       if exchange)
+            label = f"{base.name} questions, {'spoken' if spoken else 'typed'}"
+            print(f"{label:52} given passages: {sum(map(bool, evidence))} of {len(evidence)}, "
+                  f"holding the answer: {held}")
+
+
+if __name__ == "__main__":
+    main()
