@@ -201,10 +201,13 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
     candidates = []  # (passage, position, sentence, its terms, whether it opens a document)
     for p, result in enumerate(results):
         splitter, start = Sentences(first_words=0), 0
-        for n, sentence in enumerate([*splitter.feed(_unwrap(result.text) + "\n"), splitter.flush()]):
+        text, columns = _unwrap(result.text)
+        for n, sentence in enumerate([*splitter.feed(text + "\n"), splitter.flush()]):
             if sentence and not sentence.startswith("#"):
                 opens = result.opening and start < OPENING_CHARS and re.search(r"\d", sentence) is not None
-                candidates.append((p, n, sentence, telling_terms(sentence) & asked, opens))
+                # A table row shares what its cells say: its column names are every row's.
+                shared = (telling_terms(sentence) - telling_terms(columns.get(sentence, ""))) & asked
+                candidates.append((p, n, sentence, shared, opens))
             start += len(sentence) + 1
     frequency = Counter(term for _, _, _, shared, _ in candidates for term in shared)
     weight = {term: math.log(1 + len(candidates) / df) for term, df in frequency.items()}
@@ -225,32 +228,36 @@ def _bearing_sentences(question: str, results: list[SearchResult], bound: int,
     return sorted(chosen)
 
 
-def _unwrap(text: str) -> str:
+def _unwrap(text: str) -> tuple[str, dict[str, str]]:
     """Hard-wrapped lines joined into their paragraphs, so that the splitter finds sentences rather
     than lines (license texts break every 70 characters). Headings and list items keep their lines,
-    and a table's rows become lines of their own (`_table_rows`)."""
+    and a table's rows become lines of their own (`_table_rows`): with the text, each row's column
+    names."""
     lines: list[str] = []
+    columns: dict[str, str] = {}
     table: list[str] = []
     for line in [*text.split("\n"), ""]:
         if line.lstrip().startswith("|"):
             table.append(line)
             continue
         if table:
-            lines += [row for row_text in _table_rows(table) for row in (row_text, "")]
+            names, rows = _table_rows(table)
+            columns.update(dict.fromkeys(rows, " ".join(names)))
+            lines += [row for row_text in rows for row in (row_text, "")]
             table = []
         if lines and lines[-1].strip() and line.strip() and not lines[-1].lstrip().startswith("#") \
                 and not re.match(r"\s*([#*-]|\d+[.)])\s", line):
             lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
         else:
             lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(lines), columns
 
 
-def _table_rows(lines: list[str]) -> list[str]:
-    """A Markdown table's rows as sentences that name each cell by its column: "Breaker: 9; Circuit:
-    Electric shower." A row read alone, or a table read whole, left the 1.5B model to count columns,
-    and it gave the shower the first row's breaker. A table cut off from its header (a passage that
-    begins inside it) keeps its cells unnamed."""
+def _table_rows(lines: list[str]) -> tuple[list[str], list[str]]:
+    """A Markdown table's column names, and its rows as sentences that name each cell by its column:
+    "Breaker: 9; Circuit: Electric shower." A row read alone, or a table read whole, left the 1.5B
+    model to count columns, and it gave the shower the first row's breaker. A table cut off from its
+    header (a passage that begins inside it) keeps its cells unnamed."""
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
     header: list[str] = []
     if len(rows) > 1 and all(re.fullmatch(r":?-+:?", cell) for cell in rows[1]):
@@ -259,4 +266,4 @@ def _table_rows(lines: list[str]) -> list[str]:
     for row in rows:
         cells = zip(header or [""] * len(row), row, strict=False)
         sentences.append("; ".join(f"{name}: {cell}" if name else cell for name, cell in cells if cell) + ".")
-    return sentences
+    return header, sentences
