@@ -528,3 +528,27 @@ def test_a_spoken_reply_left_mid_sentence_keeps_the_sentences_its_voice_delivere
     stored = store.message(session_id, "item_reply")
     assert stored.message["content"] == "It is sunny." and stored.status == "interrupted"
     assert stored.figures["timeline"] == [["It is sunny.", 0, 300]]
+
+
+def test_a_turn_with_the_clients_tools_researches_a_question_and_not_a_command(store, tmp_path):
+    from harness.knowledge.questions import BASES
+    from voice.knowledge.base import KnowledgeBase
+    from voice.turns.events import Researched
+
+    knowledge = KnowledgeBase(tmp_path / "knowledge.sqlite3")
+    for base in BASES:  # the household's notes say "kitchen" and "light", and bear on the command by them
+        knowledge.index(base.materialize(tmp_path / base.name))
+    assert knowledge.bears_on("Turn on the kitchen light.")
+    light = {"type": "function", "function": {"name": "turn_on", "description": "Turn a device on.",
+                                              "parameters": {"type": "object", "properties": {}}}}
+    model = FakeModel(['<tool_call>{"name": "turn_on", "arguments": {}}</tool_call>', "Breaker 9."])
+    engine = TurnEngine(model, store, Research("auto", knowledge), context=4096, reply_tokens=64)
+    command = session_with(store, exchanges=0, question="Turn on the kitchen light.")
+    events = asyncio.run(turn(engine, TurnRequest(command, tools=[light])))
+    assert not [event for event in events if isinstance(event, Researched)]
+    assert any(isinstance(event, Calls) for event in events) and "search" not in str(model.prompts[0])
+
+    question = session_with(store, exchanges=0, question="Which breaker is the electric shower on?")
+    events = asyncio.run(turn(engine, TurnRequest(question, tools=[light])))
+    assert [event for event in events if isinstance(event, Researched)]
+    assert "Breaker: 9" in store.transcript(question)[3]["content"]
