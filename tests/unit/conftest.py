@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.knowledge.questions import BASES
 from models.llm import LanguageModel
 from models.stt import SpeechToText
 from models.tts import TextToSpeech
+from voice.knowledge.base import KnowledgeBase
 
 # The fixtures of tests/conftest.py that load an engine; those built on them (`speech`, `server`,
 # `make_server`) bring these into a test's fixture closure too.
@@ -42,3 +44,14 @@ def no_engines(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for engine in (LanguageModel, SpeechToText, TextToSpeech):
         monkeypatch.setattr(engine, "__init__", refuse)
+
+
+@pytest.fixture(scope="session")
+def evaluation_knowledge(tmp_path_factory) -> KnowledgeBase:
+    """The research evaluation's two knowledge bases (the license texts and a household's notes),
+    indexed together as a user with both would have them."""
+    work = tmp_path_factory.mktemp("knowledge")
+    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
+    for base in BASES:
+        knowledge.index(base.materialize(work / base.name))
+    return knowledge

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness.knowledge.questions import BASES
 from voice.config import Config
-from voice.knowledge.base import KnowledgeBase, asked_terms, fts_query, telling_terms
+from voice.knowledge.base import asked_terms, fts_query, telling_terms
 from voice.knowledge.research import Research, _table_rows
 
 
 @pytest.fixture(scope="module")
-def research(tmp_path_factory) -> Research:
-    work = tmp_path_factory.mktemp("evidence")
-    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
-    return Research("auto", knowledge, spoken_tokens=Config.voice_research_tokens, count=lambda text: len(text) // 4)
+def research(evaluation_knowledge) -> Research:
+    return Research("auto", evaluation_knowledge, spoken_tokens=Config.voice_research_tokens,
+                    count=lambda text: len(text) // 4)
 
 
 def evidence(research: Research, question: str) -> str:

@@ -10,17 +10,13 @@ from __future__ import annotations
 import pytest
 
 from harness.knowledge.questions import BASES
-from voice.knowledge.base import KnowledgeBase, digits, fts_query, telling_terms
+from voice.knowledge.base import digits, fts_query, telling_terms
 from voice.knowledge.mending import Mender, fold
 
 
 @pytest.fixture(scope="module")
-def mender(tmp_path_factory) -> Mender:
-    work = tmp_path_factory.mktemp("mending")
-    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
-    return knowledge.mender()
+def mender(evaluation_knowledge) -> Mender:
+    return evaluation_knowledge.mender()
 
 
 @pytest.mark.parametrize(("heard", "mended"), [

@@ -530,15 +530,11 @@ def test_a_spoken_reply_left_mid_sentence_keeps_the_sentences_its_voice_delivere
     assert stored.figures["timeline"] == [["It is sunny.", 0, 300]]
 
 
-def test_a_turn_with_the_clients_tools_researches_a_question_and_not_a_command(store, tmp_path):
-    from harness.knowledge.questions import BASES
-    from voice.knowledge.base import KnowledgeBase
+def test_a_turn_with_the_clients_tools_researches_a_question_and_not_a_command(store, evaluation_knowledge):
     from voice.turns.events import Researched
 
-    knowledge = KnowledgeBase(tmp_path / "knowledge.sqlite3")
-    for base in BASES:  # the household's notes say "kitchen" and "light", and bear on the command by them
-        knowledge.index(base.materialize(tmp_path / base.name))
-    assert knowledge.bears_on("Turn on the kitchen light.")
+    knowledge = evaluation_knowledge
+    assert knowledge.bears_on("Turn on the kitchen light.")  # by the household notes' "kitchen" and "light"
     light = {"type": "function", "function": {"name": "turn_on", "description": "Turn a device on.",
                                               "parameters": {"type": "object", "properties": {}}}}
     model = FakeModel(['<tool_call>{"name": "turn_on", "arguments": {}}</tool_call>', "Breaker 9."])
