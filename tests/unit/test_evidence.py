@@ -49,4 +49,5 @@ def test_a_turn_that_acts_researches_questions_and_not_commands(research):
         assert research.for_question(command, acting=True) == [], command  # ...but it asks for nothing
     assert "Breaker: 9" in research.for_question("Which breaker is the electric shower on?", acting=True)[1]["content"]
     assert research.for_question("who services the Vossbrandt boiler", acting=True)  # heard without its mark
+    assert research.for_question("what's the guest wifi password", acting=True)
     assert research.for_question("Tell me when the bins go out.", acting=True)

@@ -148,9 +148,11 @@ QUESTION_WORDS = frozenset(
 
 
 def asks(text: str) -> bool:
-    """Whether `text` is asked as a question (or a request to be told), not given as a command."""
+    """Whether `text` is asked as a question (or a request to be told), not given as a command.
+    Whisper often writes a question without its mark, so its first word decides ("what's" is "what")."""
     words = re.findall(r"[\w']+", text.lower())
-    return text.rstrip().endswith("?") or bool(words) and words[0] in QUESTION_WORDS
+    first = re.sub(r"'(s|re|ll|d|ve)$", "", words[0]) if words else ""
+    return text.rstrip().endswith("?") or first in QUESTION_WORDS
 
 
 # A text turn's passages are followed by their sentences that bear most on the question, this many
