@@ -22,7 +22,7 @@ lacks) and the median first audio; and the same for the typed session.
 With `--heard LOG`, each voice's transcripts in an earlier run's printout are asked again as text
 answered in speech: the spoken path's evidence and answers for what was heard, without hearing it
 again (and in a third of the time), so that a change to research or answering can be measured on the
-same transcripts.
+same transcripts. harness/knowledge/runs/ keeps the printouts the docs' figures come from.
 
 Run: .venv/bin/python scripts/eval_research.py [--voices flite-rms,festival-kal] [--only spoken|typed]
          [--profile qwen2.5-coder-0.5b] [--research-tokens 250] [--stt-beam-size 5] [--reply-tokens 64]
