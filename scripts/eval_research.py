@@ -128,8 +128,8 @@ def transcripts(printout: Path) -> dict[str, dict[str, str]]:
     heard: dict[str, dict[str, str]] = {}
     voice = ""
     for line in printout.read_text().splitlines():
-        if re.fullmatch(r"[a-z0-9][a-z0-9-]*", line) and line != "typed":
-            voice = line
+        if re.fullmatch(r"[a-z0-9][a-z0-9-]*", line):
+            voice = line if line != "typed" else ""
         elif voice and (said := re.match(r"([a-z])\s*(\d+) (?:right|WRONG) .*?heard: (.*)", line)):
             heard.setdefault(voice, {})[said[1] + said[2]] = said[3]
     return heard
