@@ -9,9 +9,11 @@ a household's notes, harness/knowledge/questions.py), as a user with both would 
   given passages, which none of them needs;
 - questions about the world and the conversation, which no passage answers: how many were given;
 - the 46 research questions as written, spoken and typed: how many were given passages, and how many
-  of those held the answer.
+  of those held the answer;
+- with `--heard LOG`, the same for each voice's transcripts in an earlier scripts/eval_research.py
+  printout: the spoken evidence for what was heard, which bounds what the model can answer.
 
-Run: .venv/bin/python scripts/eval_precision.py [--show]
+Run: .venv/bin/python scripts/eval_precision.py [--show] [--heard LOG]
 It prints figures; it asserts nothing.
 """
 
@@ -33,6 +35,7 @@ from voice.knowledge.research import Research
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_home_assistant import COMMANDS, QUESTIONS
+from eval_research import transcripts
 
 # No passage answers these: the world's facts, arithmetic, and the conversation itself.
 UNRELATED = [question for question, _ in QUESTIONS] + [
@@ -42,7 +45,9 @@ UNRELATED = [question for question, _ in QUESTIONS] + [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--show", action="store_true", help="name each text that was given passages")
+    parser.add_argument("--show", action="store_true",
+                        help="name each text given passages, and each heard one whose evidence lacks the answer")
+    parser.add_argument("--heard", type=Path, help="an eval_research.py printout: the evidence for what was heard")
     args = parser.parse_args()
     config = Config()
     work = Path(tempfile.mkdtemp(prefix="parlour-precision-"))
@@ -72,6 +77,19 @@ def main() -> None:
             label = f"{base.name} questions, {'spoken' if spoken else 'typed'}"
             print(f"{label:52} given passages: {sum(map(bool, evidence))} of {len(evidence)}, "
                   f"holding the answer: {held}")
+    for voice, heard in (transcripts(args.heard) if args.heard else {}).items():
+        held, missed = 0, []
+        for base in BASES:
+            for n, question in enumerate(base.questions):
+                text = heard[f"{base.name[0]}{n + 1}"]
+                exchange = research.for_question(text, spoken=True)
+                if exchange and right(question, exchange[1]["content"]):
+                    held += 1
+                else:
+                    missed.append(f"{base.name[0]}{n + 1}: {text}")
+        print(f"{'heard by ' + voice:52} evidence holding the answer: {held} of {held + len(missed)}")
+        for text in missed if args.show else []:
+            print(f"    {text}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from harness.knowledge.questions import BASES
 from voice.knowledge.base import digits, fts_query, telling_terms
 from voice.knowledge.mending import Mender, fold
+from voice.knowledge.research import Research
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,15 @@ def test_a_name_heard_as_a_common_word_inside_a_title_is_put_back(mender):
     assert mender.mend("When was version 3 of the new general public license published") == \
         "When was version 3 of the GNU general public license published"
     assert mender.mend("Is there new software here?") == "Is there new software here?"  # no title around it
+
+
+def test_a_search_also_looks_for_a_name_heard_as_words_the_texts_use(mender, evaluation_knowledge):
+    # festival's slt voice was heard so; "bright" is a word the texts use, so the transcript stays as it is
+    heard = "What is the name of our vet at Bright Watcher?"
+    assert mender.mend(heard) == heard
+    assert mender.searched_for(heard) == ["Brightwater"]
+    assert mender.searched_for("What is the name of our metal right, Walker?") == ["Brightwater"]
+    questions = [q.text for base in BASES for q in base.questions]
+    assert [q for q in questions if mender.searched_for(q)] == []
+    exchange = Research("auto", evaluation_knowledge).for_question(heard, spoken=True)
+    assert "Fairweather" in exchange[1]["content"]

@@ -16,7 +16,7 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -188,13 +188,14 @@ def _acronyms(title_words: list[str]) -> set[str]:
     return {a for a in (initials, initials[1:] if title_words[0] == "gnu" else "") if len(a) >= 3}
 
 
-def fts_query(text: str) -> str:
+def fts_query(text: str, also: Sequence[str] = ()) -> str:
     """A question as an FTS5 query: its content words quoted (no syntax errors), any may match;
-    number words also as digits, and neighbouring content words also joined."""
+    number words also as digits, neighbouring content words also joined, and the words or phrases
+    `also` (`KnowledgeBase.searched_for`)."""
     said = re.findall(r"\w+", text.lower())
     words = [w for w in dict.fromkeys(said + re.findall(r"\w+", digits(text.lower()))) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
-    return " OR ".join(f'"{w}"' for w in content + joined_words(text))
+    return " OR ".join(f'"{w}"' for w in [*content, *joined_words(text), *also])
 
 
 def title_words(title: str) -> list[str]:
@@ -242,6 +243,7 @@ class KnowledgeBase:
         self._found_lower: frozenset[str] = frozenset()
         self._found_titles: dict[str, str] | None = None
         self._found_passages: int | None = None
+        self._found_mender: Mender | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -285,7 +287,7 @@ class KnowledgeBase:
                 self._db.execute("DELETE FROM files WHERE path = ?", (gone,))
                 report.removed += 1
             self._db.commit()
-            self._found_names = self._found_titles = self._found_passages = None
+            self._found_names = self._found_titles = self._found_passages = self._found_mender = None
         return report
 
     def vocabulary(self, limit: int = VOCABULARY_WORDS) -> list[str]:
@@ -342,8 +344,15 @@ class KnowledgeBase:
 
     def mender(self) -> Mender:
         """What mends a transcript's misheard names into the texts' names (voice.knowledge.mending)."""
-        titles = [title_words(title) for title in self._sorted_titles()]
-        return Mender(list(self._names()), self._lower(), STOPWORDS, titles)
+        if self._found_mender is None:
+            titles = [title_words(title) for title in self._sorted_titles()]
+            self._found_mender = Mender(list(self._names()), self._lower(), STOPWORDS, titles)
+        return self._found_mender
+
+    def searched_for(self, text: str) -> list[str]:
+        """The names and phrases a search for `text` looks for as well: those its misheard words
+        sound like or are made of (`Mender.searched_for`)."""
+        return self.mender().searched_for(text)
 
     def _sorted_titles(self) -> list[str]:
         return sorted(set(self._titles().values()))
@@ -390,10 +399,11 @@ class KnowledgeBase:
     def bears_on(self, question: str) -> bool:
         """Whether the knowledge base has something for `question`: it names a document, or its best
         passage matches well (`BEARS_ON`). A question it has nothing for is answered without research."""
-        match = fts_query(question)
+        also = self.searched_for(question)
+        match = fts_query(question, also)
         if not match:
             return False
-        if self.named_documents(question):
+        if self.named_documents(" ".join([question, *also])):
             return True
         rows = self._ranked(match, 1, None)
         if not rows:
@@ -412,10 +422,11 @@ class KnowledgeBase:
     def search(self, query: str, limit: int = 3) -> list[SearchResult]:
         """The best passages for `query` by BM25, from the documents it names if it names any
         (a question about the Apache license gets no MPL passages)."""
-        match = fts_query(query)
+        also = self.searched_for(query)
+        match = fts_query(query, also)
         if not match:
             return []
-        named = self.named_documents(query)
+        named = self.named_documents(" ".join([query, *also]))
         # Twice the rows, since texts that several documents share (GFDL 1.2's definitions are 1.3's)
         # are read once.
         rows = (self._ranked(match, 2 * limit, named) if named else []) or self._ranked(match, 2 * limit, None)

@@ -11,6 +11,10 @@ a name must be earned by a run of letters at least `SHORTEST` long. Two exceptio
 the words it is made of, letter for letter ("bright water" is the "Brightwater" vets), and a name
 inside a document's title: "the new General Public License" is the GNU one, since every other word
 was heard.
+
+A search may look further than a transcript may be changed (`searched_for`): for a name that a run of
+words the texts do use sounds like ("right water", "Bright Watcher": Brightwater). A search that also
+looks for it loses little when it was not meant; a transcript changed wrongly would.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Set as AbstractSet
 from difflib import SequenceMatcher
+from functools import lru_cache
 
 SIMILAR = 0.8  # SequenceMatcher ratio of the folded spellings
 SHORTEST = 5  # letters in a heard run and in a name
@@ -48,6 +53,7 @@ class Mender:
         named = {name.lower() for name in names}
         self.titles = [title for title in titles or [] if len(title) >= 3 and any(w.lower() in named for w in title)]
         self.named = named
+        self.searched_for = lru_cache(maxsize=64)(self._searched_for)  # each question asks three times
 
     def mend(self, text: str) -> str:
         """`text` with each run of heard words that sounds like a name replaced by the name."""
@@ -80,15 +86,34 @@ class Mender:
                 return self.compounds[joined], length
             if any(w in self.known or w in self.stopwords for w in run):
                 continue
-            heard = fold(joined)
-            if len(heard) < SHORTEST:
-                continue
-            scored = [(SequenceMatcher(None, heard, name).ratio(), name) for name in self.names
-                      if abs(len(name) - len(heard)) <= len(heard) // 3]
-            best = max(scored, default=(0.0, ""))
-            if best[0] >= SIMILAR:
-                return self.names[best[1]], length
+            if name := self._sounds_like(joined):
+                return name, length
         return None
+
+    def _searched_for(self, text: str) -> list[str]:
+        """The names a search for `text` looks for as well (see the module's doc): those that runs of
+        two or three heard words sound like, words the texts use among them."""
+        words = [w.group().lower().removesuffix("'s") for w in WORD.finditer(text)]
+        found: dict[str, None] = {}
+        for start in range(len(words)):
+            for length in range(2, min(LONGEST_RUN, len(words) - start) + 1):
+                run = words[start:start + length]
+                if not any(w in self.stopwords for w in run) and (name := self._sounds_like("".join(run))):
+                    found.setdefault(name)
+        return [w for w in found if w.lower() not in words]
+
+    def _sounds_like(self, heard: str) -> str | None:
+        """The name whose folded spelling is closest to `heard`'s, at `SIMILAR` or above."""
+        heard = fold(heard)
+        if len(heard) < SHORTEST:
+            return None
+        matcher, best = SequenceMatcher(b=heard), (SIMILAR, "")
+        for name in self.names:
+            if abs(len(name) - len(heard)) <= len(heard) // 3:
+                matcher.set_seq1(name)  # the cheap upper bounds first: most names are far off
+                if matcher.quick_ratio() >= best[0] and (ratio := matcher.ratio()) >= best[0]:
+                    best = (ratio, name)
+        return self.names[best[1]] if best[1] else None
 
     def _in_titles(self, text: str) -> str:
         """A title said with one of its names heard as another short word ("the new General Public

@@ -114,9 +114,12 @@ class Research:
         found += self.knowledge.search(query, passages) if self.knowledge and knowledge else []
         if not found:
             return None
+        # Sentences are chosen for what the search looked for: "Brightwater" too, for "Bright Watcher".
+        asked = spoken_question or query
+        asked = " ".join([asked, *self.knowledge.searched_for(asked)]) if self.knowledge and knowledge else asked
         if spoken_question is not None:
-            return format_results(spoken_evidence(spoken_question or query, found, self.spoken_tokens, self.count))
-        return format_results(found, key_sentences(query, found, KEY_SENTENCE_TOKENS, self.count))
+            return format_results(spoken_evidence(asked, found, self.spoken_tokens, self.count))
+        return format_results(found, key_sentences(asked, found, KEY_SENTENCE_TOKENS, self.count))
 
     def for_question(self, question: str, spoken: bool = False, session_id: str | None = None,
                      acting: bool = False) -> list[dict]:
