@@ -137,9 +137,10 @@ class Research:
         bears = self.knowledge is not None and self.knowledge.bears_on(question)
         if not bears and acting:
             return []
+        # Memory answers what is asked: a command or a remark recalls nothing.
         return self.run([new_call("search", {"query": question})], found_only=not bears,
                         spoken_question=question if spoken else None,
-                        session_id=None if acting else session_id, knowledge=bears)
+                        session_id=None if acting or not asks(question) else session_id, knowledge=bears)
 
 
 # How a question begins, or ends: a sentence that neither begins with one of these words nor ends in
