@@ -37,7 +37,7 @@ from models.llm import LanguageModel
 from voice.config import Config
 from voice.engines import llm_path, load_stt, load_tts
 from voice.knowledge.base import KnowledgeBase
-from voice.knowledge.research import Research
+from voice.knowledge.research import Research, result_tokens
 from voice.realtime.protocol import DRAFT_STEP_BYTES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,9 +67,7 @@ def main() -> None:
     hotwords = " ".join(knowledge.vocabulary())
     stt, tts = load_stt(config), load_tts(config)
     vocab = LanguageModel(llm_path(config), context=512, vocab_only=True)
-    framing = vocab.count_message({"role": "tool", "content": ""})
-    research = Research("auto", knowledge, spoken_tokens=args.research_tokens,
-                        count=lambda text: vocab.count_message({"role": "tool", "content": text}) - framing)
+    research = Research("auto", knowledge, spoken_tokens=args.research_tokens, count=result_tokens(vocab))
 
     def evidence(question: str) -> list[int]:
         """The evidence's tokens as the model reads them; [] if the question is not researched."""

@@ -31,14 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.knowledge.questions import BASES, Question, domain_misses, right, words
+from harness.knowledge.questions import BASES, Question, domain_misses, index_bases, right, words
 from harness.voices import PIPER, UNSEEN, say
 from models.llm import LanguageModel
 from models.stt import WHISPER_RATE
 from voice.config import Config
 from voice.engines import llm_path, load_stt, load_tts
 from voice.knowledge.base import KnowledgeBase
-from voice.knowledge.research import Research
+from voice.knowledge.research import Research, result_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_voice import wer
@@ -109,15 +109,11 @@ def main() -> None:
 
     config = Config(stt_model=args.stt_model, threads=2)
     work = Path(tempfile.mkdtemp(prefix="parlour-hearing-"))
-    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
+    knowledge = index_bases(KnowledgeBase(work / "knowledge.sqlite3"), work)
     vocabulary = " ".join(knowledge.vocabulary())
     # Evidence counted with the model's tokenizer, as the service counts it (voice/server.py).
     tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True)
-    framing = tokenizer.count_message({"role": "tool", "content": ""})
-    research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens,
-                        count=lambda text: tokenizer.count_message({"role": "tool", "content": text}) - framing)
+    research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens, count=result_tokens(tokenizer))
     print(f"vocabulary: {vocabulary}")
     stt, tts = load_stt(config), load_tts(config)
     questions = [q for base in BASES for q in base.questions]

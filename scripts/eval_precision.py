@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.knowledge.questions import BASES, right
+from harness.knowledge.questions import BASES, index_bases, right
 from models.llm import LanguageModel
 from voice.config import Config
 from voice.engines import llm_path
 from voice.knowledge.base import KnowledgeBase
-from voice.knowledge.research import Research
+from voice.knowledge.research import Research, result_tokens
 from voice.store.sessions import SessionStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,13 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     config = Config()
     work = Path(tempfile.mkdtemp(prefix="parlour-precision-"))
-    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
+    knowledge = index_bases(KnowledgeBase(work / "knowledge.sqlite3"), work)
     tokenizer = LanguageModel(llm_path(config), context=512, vocab_only=True)
-    framing = tokenizer.count_message({"role": "tool", "content": ""})
-    research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens,
-                        count=lambda text: tokenizer.count_message({"role": "tool", "content": text}) - framing)
+    research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens, count=result_tokens(tokenizer))
 
     def given(texts: list[str], label: str, **how) -> None:
         hits = [text for text in texts if research.for_question(text, **how)]

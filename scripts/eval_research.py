@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.knowledge.questions import BASES, Question, domain_misses, right
+from harness.knowledge.questions import BASES, Question, domain_misses, index_bases, right
 from harness.realtime import Client, RunningServer, reply_text
 from harness.voices import PIPER, say
 from models.audio import RATE
@@ -76,9 +76,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="parlour-eval-"))
     config = Config(data_dir=str(work / "data"), llm_model=args.profile, reply_tokens=args.reply_tokens,
                     temperature=0.0, voice_research_tokens=args.research_tokens, stt_beam_size=args.stt_beam_size)
-    knowledge = KnowledgeBase(config.knowledge_path)
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
+    index_bases(KnowledgeBase(config.knowledge_path), work)
     stt, tts = load_stt(config), load_tts(config)
     server = RunningServer(config, load_llm(config), stt, tts)
     server.idle()

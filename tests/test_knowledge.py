@@ -8,6 +8,7 @@ from pathlib import Path
 
 from voice.config import Config
 from voice.knowledge.base import CHUNK_CHARS, KnowledgeBase, chunk_text, digits, fts_query, read_document
+from voice.knowledge.research import result_tokens
 
 
 def test_reindexing_touches_only_changed_files(tmp_path):
@@ -69,8 +70,7 @@ def test_spoken_evidence_keeps_the_sentences_that_answer_in_their_order_under_th
     from voice.knowledge.base import SearchResult
     from voice.knowledge.research import spoken_evidence
 
-    framing = llm.count_message({"role": "tool", "content": ""})
-    count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
+    count = result_tokens(llm)
     tides = SearchResult("/notes/tides.md", "Tides", "# Tides\n\nThe tide tables are printed weekly. "
                          "Spring tides at Galway reach five metres. Boats moor by the Claddagh. "
                          "The highest tide at Galway flooded the Spanish Arch in 1987.", -4.0)
@@ -97,8 +97,7 @@ def test_a_typed_result_reads_the_sentences_that_bear_on_the_question_after_the_
     from voice.knowledge.base import ANSWER_FROM_RESULTS, KEY_SENTENCES, SearchResult, format_results
     from voice.knowledge.research import key_sentences
 
-    framing = llm.count_message({"role": "tool", "content": ""})
-    count = lambda text: llm.count_message({"role": "tool", "content": text}) - framing  # noqa: E731
+    count = result_tokens(llm)
     opening = SearchResult("/docs/gpl.txt", "GPL", "GNU General Public License\nVersion 3, 29 June 2007\n"
                            "Everyone is permitted to copy it.", 0.0, opening=True)
     terms = SearchResult("/docs/gpl.txt", "GPL", "# 8. Termination\nYou may not propagate it. Your license is "
@@ -184,9 +183,7 @@ def test_a_documents_boilerplate_does_not_crowd_out_the_answer(tmp_path, llm):
 
     knowledge = KnowledgeBase(tmp_path / "k.sqlite3")
     knowledge.index(BASES[0].materialize(tmp_path / "licenses"))
-    framing = llm.count_message({"role": "tool", "content": ""})
-    research = Research("auto", knowledge, spoken_tokens=Config.voice_research_tokens,
-                        count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
+    research = Research("auto", knowledge, spoken_tokens=Config.voice_research_tokens, count=result_tokens(llm))
     evidence = research.for_question("Under the GNU General Public License version three, after how many days without "
                                      "notice from the copyright holder is my license reinstated permanently?",
                                      spoken=True)[-1]["content"]

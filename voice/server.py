@@ -43,7 +43,7 @@ from voice.config import Config
 from voice.front_door import front_door
 from voice.hosts import HostCheck
 from voice.knowledge.base import KnowledgeBase
-from voice.knowledge.research import Research
+from voice.knowledge.research import Research, result_tokens
 from voice.realtime.connection import Connection
 from voice.store.sessions import SessionStore, UnknownSession, owner_of
 from voice.tools.mcp import configured_servers
@@ -79,9 +79,8 @@ class Service:
         self.hotwords = " ".join(knowledge.vocabulary()) if knowledge is not None else ""
         # ...and a name it still mishears ("boss brand") is mended into the name ("Vossbrandt").
         self.mender = knowledge.mender() if knowledge is not None else None
-        framing = llm.count_message({"role": "tool", "content": ""})  # what any tool result adds
         self.research = Research(config.research, knowledge, store, spoken_tokens=config.voice_research_tokens,
-                                 count=lambda text: llm.count_message({"role": "tool", "content": text}) - framing)
+                                 count=result_tokens(llm))
         remote = llm.backend != "local"
         # A server's context is what it says one request gets (llama.cpp's /props), else `context`.
         self.engine = TurnEngine(llm, store, self.research, llm.context if remote else config.context,

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice.knowledge.base import KnowledgeBase
+
 
 @dataclass(frozen=True)
 class Question:
@@ -150,3 +152,11 @@ HOUSEHOLD = (
 LICENSE_BASE = Base("licenses", Path("/usr/share/common-licenses"), LICENSES)
 HOUSEHOLD_BASE = Base("household", Path(__file__).resolve().parent / "household", HOUSEHOLD)
 BASES = (LICENSE_BASE, HOUSEHOLD_BASE)
+
+
+def index_bases(knowledge: KnowledgeBase, work: Path) -> KnowledgeBase:
+    """`knowledge` with both bases indexed into it, as `parlour index` would for a user with both
+    folders; the license texts' copies are made under `work`."""
+    for base in BASES:
+        knowledge.index(base.materialize(work / base.name))
+    return knowledge

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.knowledge.questions import BASES
+from harness.knowledge.questions import index_bases
 from models.llm import LanguageModel
 from models.stt import SpeechToText
 from models.tts import TextToSpeech
@@ -51,7 +51,4 @@ def evaluation_knowledge(tmp_path_factory) -> KnowledgeBase:
     """The research evaluation's two knowledge bases (the license texts and a household's notes),
     indexed together as a user with both would have them."""
     work = tmp_path_factory.mktemp("knowledge")
-    knowledge = KnowledgeBase(work / "knowledge.sqlite3")
-    for base in BASES:
-        knowledge.index(base.materialize(work / base.name))
-    return knowledge
+    return index_bases(KnowledgeBase(work / "knowledge.sqlite3"), work)

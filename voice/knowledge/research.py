@@ -143,6 +143,13 @@ class Research:
                         session_id=None if acting or not asks(question) else session_id, knowledge=bears)
 
 
+def result_tokens(llm) -> Callable[[str], int]:
+    """A tool result's tokens as `llm`'s tokenizer counts them in a prompt, its message's framing
+    left out: the `count` a `Research` bounds spoken evidence with."""
+    framing = llm.count_message({"role": "tool", "content": ""})
+    return lambda text: llm.count_message({"role": "tool", "content": text}) - framing
+
+
 # How a question begins, or ends: a sentence that neither begins with one of these words nor ends in
 # a question mark is a statement or a command.
 QUESTION_WORDS = frozenset(
