@@ -112,11 +112,12 @@ def recall(show: bool) -> None:
     """What the user said in their earlier sessions, given to the questions it bears on and to those
     it does not (see the module's doc)."""
     store = SessionStore(Path(tempfile.mkdtemp(prefix="parlour-recall-")) / "sessions.sqlite3")
-    for said in ([statement for statement, _, _ in TOLD], [command.text for command in COMMANDS]):
+    for said, answer in (([statement for statement, _, _ in TOLD], "Noted."),
+                         ([command.text for command in COMMANDS], "Done.")):
         session = store.create("")
         for text in said:
             store.append(session, {"role": "user", "content": text})
-            store.append(session, {"role": "assistant", "content": "Done." if said[0] != TOLD[0][0] else "Noted."})
+            store.append(session, {"role": "assistant", "content": answer})
     asking = store.create("")
     research = Research("auto", None, store)  # what the user said elsewhere, and no knowledge base
 

@@ -190,8 +190,8 @@ def _acronyms(title_words: list[str]) -> set[str]:
 
 def fts_query(text: str, also: Sequence[str] = ()) -> str:
     """A question as an FTS5 query: its content words quoted (no syntax errors), any may match;
-    number words also as digits, neighbouring content words also joined, and the words or phrases
-    `also` (`KnowledgeBase.searched_for`)."""
+    number words also as digits, neighbouring content words also joined, and the names `also`
+    (`KnowledgeBase.searched_for`)."""
     said = re.findall(r"\w+", text.lower())
     words = [w for w in dict.fromkeys(said + re.findall(r"\w+", digits(text.lower()))) if len(w) > 1 or w.isdigit()]
     content = [w for w in words if w not in STOPWORDS] or words
@@ -350,8 +350,8 @@ class KnowledgeBase:
         return self._found_mender
 
     def searched_for(self, text: str) -> list[str]:
-        """The names and phrases a search for `text` looks for as well: those its misheard words
-        sound like or are made of (`Mender.searched_for`)."""
+        """The names a search for `text` looks for as well: those its heard words sound like, even
+        words the texts use (`Mender.searched_for`)."""
         return self.mender().searched_for(text)
 
     def _sorted_titles(self) -> list[str]:
