@@ -61,12 +61,12 @@ from bench_voice import TYPED, first_sentence
 BATCH = 512
 
 
-def load_model(path: Path, threads: int):
-    """llama.cpp's model, loaded as Parlour loads it (models.engine: no repacking)."""
+def load_model(path: Path):
+    """llama.cpp's model, loaded as Parlour loads it by default (models.engine: no repacking)."""
     import llama_cpp as lib
 
     loading = lib.llama_model_default_params()
-    loading.use_extra_bufts = EngineSettings.chosen(threads).repack
+    loading.use_extra_bufts = EngineSettings().repack
     return lib.llama_model_load_from_file(str(path).encode(), loading)
 
 
@@ -155,11 +155,9 @@ def main() -> None:
     tokenizer = LanguageModel(llm_path(config), context=config.context, vocab_only=True)
     research = Research("auto", knowledge, spoken_tokens=config.voice_research_tokens, count=result_tokens(tokenizer))
 
-    def tokens(messages: list[dict], reply: bool = True) -> list[int]:
-        laid_out = evidence_first(compact_calls(messages))
-        if reply:
-            return tokenizer.tokens(laid_out)
-        return tokenizer._text_tokens(tokenizer._render(laid_out, generation_prompt=False))
+    def rendered(messages: list[dict], reply: bool = True) -> str:
+        """The prompt text the model reads for `messages`, as laid out for a turn."""
+        return tokenizer._render(evidence_first(compact_calls(messages)), generation_prompt=reply)
 
     system = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}]
     history = list(system)
@@ -168,9 +166,10 @@ def main() -> None:
         passages = knowledge.search(question, research.results)
         answer = key_sentences(question, passages, 60, research.count).split("\n")[0].split("] ", 1)[-1]
         history += [{"role": "user", "content": question}, *exchange, {"role": "assistant", "content": answer}]
-    history_tokens, prefix = tokens(history, reply=False), len(tokens(system, reply=False))
-    history_text = tokenizer._render(evidence_first(compact_calls(history)), generation_prompt=False)
-    model = load_model(llm_path(config), config.threads)
+    history_text = rendered(history, reply=False)
+    history_tokens = tokenizer._text_tokens(history_text)
+    prefix = len(tokenizer._text_tokens(rendered(system, reply=False)))
+    model = load_model(llm_path(config))
     session = Context(model, config.context + 1024, 2, config.threads)
     blocks = Context(model, 1024, 1, config.threads)  # evidence evaluated apart: behind the system prompt alone
     started = time.perf_counter()
@@ -187,8 +186,8 @@ def main() -> None:
         for n, question in enumerate(base.questions[:args.first or None]):
             asked = [*history, {"role": "user", "content": question.text}]
             exchange = research.for_question(question.text, spoken=True)
-            full = tokens(asked + exchange)
-            bare = tokens(asked)
+            full_text = rendered(asked + exchange)
+            full, bare = tokenizer._text_tokens(full_text), tokenizer._text_tokens(rendered(asked))
             # Where the evidence ends: the question's own tokens are the prompt's last ones after it.
             ends = len(full) - (len(bare) - common_prefix(bare, full)) if exchange else depth
             evidence = full[depth:ends]
@@ -197,7 +196,7 @@ def main() -> None:
             times = {"block": time.perf_counter() - began}
             # Passage-sized blocks, each apart: the text after the history, cut before each "[n] "
             # heading and before the answering line, each piece tokenized alone.
-            text = tokenizer.render(evidence_first(compact_calls(asked + exchange)))[len(history_text):]
+            text = full_text[len(history_text):]
             cut = [m.start() for m in re.finditer(r"\n\n\[\d+\] |\n\n" + re.escape(ANSWER_FROM_RESULTS), text)]
             pieces = [text[a:b] for a, b in zip([0, *cut[:-1]], cut, strict=True)] if cut else []
             began = time.perf_counter()
