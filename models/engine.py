@@ -25,8 +25,9 @@ from pathlib import Path
 
 from fitting.errors import ParlourError
 
-# The load is process-wide state while llama-cpp-python reads the default parameters.
-_defaults_lock = threading.Lock()
+# The defaults are process-wide state while llama-cpp-python reads them during a load, and one
+# load may set both the model's and the context's.
+_defaults_lock = threading.RLock()
 KV_CACHE_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's numbers for them (ggml.h, enum ggml_type)
 
 
@@ -92,11 +93,12 @@ def check(settings: EngineSettings) -> None:
 
 
 @contextmanager
-def _model_defaults(**fields: object) -> Iterator[None]:
-    """llama-cpp-python's `llama_model_default_params()` with `fields` set, while the block runs."""
+def _defaults(function: str, **fields: object) -> Iterator[None]:
+    """llama-cpp-python's `function()` (`llama_model_default_params`, `llama_context_default_params`)
+    with `fields` set, while the block runs."""
     import llama_cpp.llama_cpp as lib
 
-    original = lib.llama_model_default_params
+    original = getattr(lib, function)
 
     def defaults():
         params = original()
@@ -105,11 +107,11 @@ def _model_defaults(**fields: object) -> Iterator[None]:
         return params
 
     with _defaults_lock:
-        lib.llama_model_default_params = defaults
+        setattr(lib, function, defaults)
         try:
             yield
         finally:
-            lib.llama_model_default_params = original
+            setattr(lib, function, original)
 
 
 @contextmanager
@@ -119,17 +121,20 @@ def loading_with(settings: EngineSettings, refuse_unsafe: bool = True) -> Iterat
     `refuse_unsafe=False` is for scripts/bench_engine.py, which shows the crash in a child process."""
     if refuse_unsafe:
         check(settings)
-    with _model_defaults(use_extra_bufts=settings.repack):
+    with _defaults("llama_model_default_params", use_extra_bufts=settings.repack):
         yield
 
 
 def open_llama(path: Path, settings: EngineSettings, context: int, vocab_only: bool = False, seed: int = 0,
-               refuse_unsafe: bool = True):
-    """A `llama_cpp.Llama` for the GGUF at `path`, loaded and run as `settings` say."""
+               refuse_unsafe: bool = True, sequences: int = 1):
+    """A `llama_cpp.Llama` for the GGUF at `path`, loaded and run as `settings` say. With
+    `sequences` above 1 its cache holds that many sequences in one unified buffer of `context`
+    cells (a second sequence is where evidence evaluated apart is put, then placed: models.llm)."""
     from llama_cpp import Llama
 
     cache = KV_CACHE_TYPES[settings.kv_cache]
-    with loading_with(settings, refuse_unsafe):
+    with loading_with(settings, refuse_unsafe), _defaults("llama_context_default_params", n_seq_max=sequences,
+                                                            kv_unified=sequences > 1):
         llm = Llama(
             model_path=str(path), n_ctx=context, n_threads=settings.threads, n_threads_batch=settings.threads_batch,
             n_batch=512, n_ubatch=settings.ubatch, flash_attn=settings.flash_attention, seed=seed, verbose=False,

@@ -4,7 +4,9 @@
 rendered prompt's tokens exactly (`count`) and per message (`count_message`, cached, so fitting
 measures each message once), and streams replies (`stream`) that can be cancelled from another
 thread. Every reply reports how much of the prompt llama.cpp reused from its KV cache: a prompt
-that extends the previous one costs only its new tokens. The template itself is
+that extends the previous one costs only its new tokens. A turn's evidence deep in a session may
+be evaluated apart from the history and placed after it (`apart`; docs/speed.md: Evidence evaluated
+apart, then placed). The template itself is
 models.chat_template's; the reply as it streams is models.reply's; what of llama-cpp-python's
 `Llama` is private (the cache's tokens and cells) is reached through models.llama_context.
 """
@@ -16,6 +18,7 @@ import functools
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +31,7 @@ from models.call_writing import CallShape, CallWriting
 from models.chat_template import ChatTemplate, CountCache, Message
 from models.engine import EngineSettings, cpu_features, open_llama
 from models.kv_cache import common_prefix, removed_spans
-from models.llama_context import LlamaContext
+from models.llama_context import BlockContext, LlamaContext
 from models.reply import ContextOverflow, ReplyStream
 from models.tool_calls import MARKERS
 
@@ -37,6 +40,13 @@ from models.tool_calls import MARKERS
 _STUB_SYSTEM = {"role": "system", "content": "."}
 _STUB_USER = {"role": "user", "content": "."}
 _CALL_MARK = "parlour_tool_name"  # a tool's name, to find where a template writes it
+# Evidence evaluated apart (docs/speed.md: Evidence evaluated apart, then placed). Behind a shorter
+# history than APART_AFTER, attention over it adds less than a quarter to an evidence token's cost,
+# and the evidence is evaluated in place, exactly. Blocks longer than APART_MOST (a typed turn's
+# whole passages) are too: the measured ones were spoken evidence, 220 tokens at most.
+APART_AFTER = 1024
+APART_MOST = 512
+BLOCK_CELLS = 2048  # the second context's: the system prompt and one block
 
 
 def _may_open_a_call(piece: str) -> bool:
@@ -65,10 +75,13 @@ class LanguageModel:
     backend = "local"
 
     def __init__(self, model_path: Path, context: int = 8192, threads: int = 1, seed: int = 0,
-                 repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True, repack: bool = False):
+                 repeat_penalty: float = 1.0, vocab_only: bool = False, kv_shift: bool = True, repack: bool = False,
+                 evidence_apart: bool = True):
         """`vocab_only` loads the tokenizer and chat template alone, for counting (a remote model's).
         `kv_shift` keeps the cache of what survives when spans are removed from the cached prompt.
-        `repack` lets llama.cpp repack the weights (models.engine says why it is off)."""
+        `repack` lets llama.cpp repack the weights (models.engine says why it is off).
+        `evidence_apart` evaluates a turn's evidence deep in a session apart from the history and
+        places it after it (needs `kv_shift`: the cells are moved the same way)."""
         self.path = Path(model_path)
         self.name = self.path.name
         self.measured_by = f"the tokenizer of {self.path.name}"
@@ -77,9 +90,14 @@ class LanguageModel:
         # facts, follow-ups and sums against 11 of 20 without; the 1.5B 18 of 20 either way.
         self.repeat_penalty = repeat_penalty
         self.engine = EngineSettings.chosen(threads, repack)
-        self._llm = open_llama(self.path, self.engine, context, vocab_only=vocab_only, seed=seed)
+        apart = evidence_apart and kv_shift and not vocab_only
+        # With evidence apart, a placed block passes through a second sequence: room for it beside the context.
+        self._llm = open_llama(self.path, self.engine, context + (APART_MOST if apart else 0), vocab_only=vocab_only,
+                               seed=seed, sequences=2 if apart else 1)
         self._llama_context = LlamaContext(self._llm)
         self.kv_shift = kv_shift and not vocab_only and self._llama_context.can_shift()
+        self.evidence_apart = apart and self.kv_shift
+        self._blocks: BlockContext | None = None  # made at the first block
         self._exact = 0  # how many leading cached tokens were evaluated exactly (not kept by a shift)
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")
@@ -167,7 +185,7 @@ class LanguageModel:
     def stream(
         self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
         tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
-        must_call: bool | str = False,
+        must_call: bool | str = False, apart: str | None = None,
     ) -> ReplyStream:
         """The reply to `messages`, generated as it is iterated. `open_with_call=False` keeps the
         reply from starting with anything that opens a tool call (a reply after the results), and
@@ -175,7 +193,9 @@ class LanguageModel:
         that could not be used: greedy decoding would only write it again). `must_call` makes it a
         call (a client's `required` tool_choice), and a tool's name that tool's call. The call's
         opening is written for the model as its template writes one (`<tool_call>\n{"name": "`),
-        with the name and `", "arguments": {` when the tool is named: it writes the rest."""
+        with the name and `", "arguments": {` when the tool is named: it writes the rest.
+        `apart`: the last message is evidence followed by these words (its question); the evidence
+        may be evaluated apart from the history and placed after it."""
         prompt = self.tokens(messages, tools)
         opening, shape = "", self._call_shape() if tools else None
         if isinstance(must_call, str):
@@ -194,7 +214,8 @@ class LanguageModel:
         # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
                                 open_with_call or bool(opening), avoid, bool(must_call) and not opening,
-                                bool(tools) and not opening, writing, bool(opening))
+                                bool(tools) and not opening, writing, bool(opening),
+                                self._evidence_span(messages, tools, apart, prompt))
         return reply.start(itertools.chain([opening], pieces) if opening else pieces)
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -210,12 +231,13 @@ class LanguageModel:
 
     def prefill(self, messages: list[Message], tools: list[dict] | None = None,
                 stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False,
-                progress: Callable[[int], None] = lambda evaluated: None) -> int:
+                progress: Callable[[int], None] = lambda evaluated: None, apart: str | None = None) -> int:
         """Evaluate `messages` as the start of a later prompt, with no reply, so the turn that
         begins with them finds them cached (the system prompt at start, a resumed session's
         history). With `exact`, what a shift kept is evaluated again, so the next reply reads an
-        exact cache. Between batches of `batch` tokens it stops as soon as `stop()` is true, and
-        tells `progress` the tokens evaluated so far. Returns the tokens evaluated."""
+        exact cache. `apart`, as `stream` takes it ("" for a last message that is all evidence).
+        Between batches of `batch` tokens it stops as soon as `stop()` is true, and tells
+        `progress` the tokens evaluated so far. Returns the tokens evaluated."""
         prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
         if len(prompt) >= self.context:
             return 0
@@ -231,17 +253,81 @@ class LanguageModel:
             else:
                 kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
             llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
-            evaluated = 0
-            for start in range(llm.n_tokens, len(prompt), batch):
+            span = None if exact else self._evidence_span(messages, tools, apart, prompt)
+            evaluated, apart_evaluated = 0, [0]
+
+            def told(more: int) -> None:  # the tokens the second context has evaluated for the block
+                apart_evaluated[0] = more
+                progress(evaluated + more)
+
+            while llm.n_tokens < len(prompt):
+                if span is not None and span[1] <= llm.n_tokens < span[2]:
+                    placed = self._place_evidence(prompt, span, stop, batch, told)
+                    evaluated += apart_evaluated[0]
+                    if not placed and stop():
+                        break
+                    span = None  # placed, or not placeable: the rest is evaluated in place
+                    continue
                 if stop():
                     if saved is not None and llm.n_tokens < saved.n_tokens:
                         self._restore_cache(saved)
                     break
-                chunk = prompt[start:start + batch]
+                until = span[1] if span is not None and llm.n_tokens < span[1] else len(prompt)
+                chunk = prompt[llm.n_tokens:min(llm.n_tokens + batch, until)]
                 self._evaluate_from(llm.n_tokens, functools.partial(llm.eval, chunk))
                 evaluated += len(chunk)
                 progress(evaluated)
             return evaluated
+
+    def _evidence_span(self, messages: list[Message], tools: list[dict] | None, apart: str | None,
+                       prompt: list[int]) -> tuple[int, int, int] | None:
+        """Where `prompt` (`messages` rendered) holds evidence to evaluate apart: the end of its
+        system prompt (the block's prefix), and the evidence's start and end. None when `apart` is
+        None, evidence apart is off, or the evidence is not worth it or not placeable (see APART_AFTER)."""
+        content = messages[-1].get("content") if messages else None
+        if apart is None or not self.evidence_apart or len(messages) < 3 or messages[0].get("role") != "system" \
+                or messages[-1].get("role") != "user" or not isinstance(content, str) or not content.endswith(apart):
+            return None
+
+        def rendered(some: list[Message]) -> list[int]:
+            return self._text_tokens(self._render(some, generation_prompt=False, tools=tools))
+
+        system, history = rendered(messages[:1]), rendered(messages[:-1])
+        evidence = rendered([*messages[:-1], {**messages[-1], "content": content[:len(content) - len(apart)]}])
+        start, end = len(history), common_prefix(evidence, prompt)
+        if common_prefix(history, prompt) < start or common_prefix(system, prompt) < len(system) \
+                or start < APART_AFTER or not 0 < end - start <= APART_MOST \
+                or len(system) + end - start > BLOCK_CELLS:
+            return None
+        return len(system), start, end
+
+    def _place_evidence(self, prompt: list[int], span: tuple[int, int, int], stop: Callable[[], bool] = lambda: False,
+                        batch: int = 512, progress: Callable[[int], None] = lambda evaluated: None) -> int:
+        """The evidence at `span` (`_evidence_span`'s) of `prompt`, from what the cache holds of it
+        on: evaluated in the second context behind the system prompt alone (where its first part
+        may be held already: a draft's), and placed after the history. The placed cells are not
+        exact (`approximate`). Between batches it stops once `stop()` is true, and tells
+        `progress` the tokens evaluated. Returns the tokens placed: 0 if stopped or not placed (the
+        cache then ends where it held the prompt). Called holding the model's lock."""
+        system, start, end = span
+        llm = self._llm
+        held = common_prefix(self._llama_context.cached_tokens(), prompt)
+        if not start <= held < end:
+            return 0
+        if self._blocks is None:
+            self._blocks = BlockContext(llm, BLOCK_CELLS)
+        if not self._blocks.evaluate(prompt[:system] + prompt[start:end], stop, batch, progress):
+            return 0
+        first, last = system + held - start, system + end - start
+        block = self._blocks.cells(first, last)
+        self._llama_context.remove(held)
+        llm.n_tokens = held
+        self._exact = min(self._exact, held)
+        if not self._llama_context.place(block, first, last, held):
+            return 0
+        llm.input_ids[held:end] = prompt[held:end]
+        llm.n_tokens = end
+        return end - held
 
     def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:
         """Remove from the KV cache what follows its longest common prefix with `messages` (rendered
@@ -266,7 +352,8 @@ class LanguageModel:
 
     @property
     def approximate(self) -> int:
-        """Cached tokens a KV shift kept rather than evaluated exactly; `prefill(exact=True)` redoes them."""
+        """Cached tokens a KV shift kept, or evidence placed, rather than evaluated exactly;
+        `prefill(exact=True)` redoes them."""
         return max(0, self._llm.n_tokens - self._exact)
 
     def _save_cache(self) -> _SavedCache:
@@ -457,7 +544,7 @@ class LanguageModel:
     def _generate(self, prompt: list[int], max_tokens: int, temperature: float, reply: ReplyStream,
                   open_with_call: bool = True, avoid: list[int] | None = None,
                   must_call: bool = False, calls: bool = False, call: CallWriting | None = None,
-                  call_open: bool = False) -> Iterator[str]:
+                  call_open: bool = False, span: tuple[int, int, int] | None = None) -> Iterator[str]:
         stats = reply.stats
         with self._lock:
             shape = self._call_shape() if calls else None
@@ -470,18 +557,30 @@ class LanguageModel:
             # removed from the middle are taken out of the cache first, if shifting is on.
             prefix = common_prefix(self._llama_context.cached_tokens(), prompt)
             kept = self._shift_cache(prompt) if self.kv_shift else prefix
+            stats.shifted_tokens = max(0, min(kept, len(prompt) - 1) - prefix)
+            if span is not None:
+                began = time.perf_counter()
+
+                def evaluated_apart(tokens: int) -> None:
+                    stats.apart_tokens = tokens
+
+                stats.placed_tokens = self._place_evidence(prompt, span, lambda: reply.cancelled,
+                                                           progress=evaluated_apart)
+                stats.placing_ms = round(1000 * (time.perf_counter() - began))
+                kept = max(kept, common_prefix(self._llama_context.cached_tokens(), prompt))
             reused = min(max(kept, prefix), len(prompt) - 1)
-            stats.shifted_tokens = max(0, reused - prefix)
             stats.prompt_tokens, stats.cached_tokens = len(prompt), reused
             stats.evaluated_tokens = len(prompt) - reused
+            # Where to evaluate exactly from if the reply ends before it began after reading cells
+            # a shift kept, which an exact prefill rarely does (scripts/bench_kv_shift.py), or
+            # cells of evidence evaluated apart.
+            exact_from = prefix if stats.shifted_tokens else min(prefix, self._exact) if reused > self._exact else None
             pending = b""
             stats.finish_reason = "length"
-            for shifted in ([True, False] if stats.shifted_tokens else [False]):
-                if not shifted and stats.shifted_tokens:
-                    # The shifted cache made the reply end before it began, which an exact prefill
-                    # rarely does (scripts/bench_kv_shift.py): evaluate after the prefix exactly.
-                    llm.n_tokens = prefix
-                    stats.shifted_tokens, stats.cached_tokens = 0, min(prefix, len(prompt) - 1)
+            for approximate in ([True, False] if exact_from is not None else [False]):
+                if not approximate and exact_from is not None:
+                    llm.n_tokens = exact_from
+                    stats.shifted_tokens, stats.cached_tokens = 0, min(exact_from, len(prompt) - 1)
                     stats.evaluated_tokens = len(prompt) - stats.cached_tokens
                 exact = stats.cached_tokens <= self._exact  # evaluated after an exact cache
                 tokens = self._sampled(prompt, temperature, processors, head, call, call_open)
@@ -492,7 +591,7 @@ class LanguageModel:
                             stats.finish_reason = "cancelled"
                             break
                         if self._llama_context.ends_generation(token):
-                            empty = shifted and not stats.completion_tokens
+                            empty = approximate and not stats.completion_tokens
                             stats.finish_reason = "stop"
                             break
                         stats.completion_tokens += 1

@@ -33,7 +33,8 @@ class Model(Protocol):
 
     @property
     def approximate(self) -> int:
-        """Cached tokens a KV shift kept rather than evaluated exactly (0 where nothing shifts)."""
+        """Cached tokens a KV shift kept, or evidence placed, rather than evaluated exactly (0 where
+        nothing shifts)."""
 
     def count(self, messages: list[Message], tools: list[dict] | None = None) -> int: ...
     def count_message(self, message: Message) -> int: ...
@@ -41,14 +42,18 @@ class Model(Protocol):
     def tools_tokens(self, tools: list[dict] | None) -> int: ...
     def stream(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
                tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
-               must_call: bool | str = False) -> ReplyStream: ...
+               must_call: bool | str = False, apart: str | None = None) -> ReplyStream:
+        """`apart`: the last message is evidence followed by these words (its question); a model
+        here may evaluate the evidence apart from the history and place it after it."""
+
     def complete(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2) -> str: ...
     def prefill(self, messages: list[Message], tools: list[dict] | None = None,
                 stop: Callable[[], bool] = ..., batch: int = 64, exact: bool = False,
-                progress: Callable[[int], None] = ...) -> int:
+                progress: Callable[[int], None] = ..., apart: str | None = None) -> int:
         """Evaluate `messages` into the cache as the start of a later prompt, with no reply; between
         batches of `batch` tokens stop once `stop()` is true and tell `progress` the tokens evaluated
-        so far. With `exact`, what a KV shift kept is evaluated again. Returns the tokens evaluated
+        so far. With `exact`, what a KV shift kept is evaluated again; `apart` as `stream` takes it
+        ("" for a last message that is all evidence). Returns the tokens evaluated
         (0 where `warms` is false: the upkeep and the preemptions call it only where it is true)."""
 
     def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:

@@ -209,9 +209,10 @@ class RemoteLanguageModel:
 
     def stream(self, messages: list[Message], max_tokens: int = 256, temperature: float = 0.2,
                tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
-               must_call: bool | str = False) -> ReplyStream:
+               must_call: bool | str = False, apart: str | None = None) -> ReplyStream:
         """The reply, streamed from the server as it is iterated. `open_with_call` and `not_like` are
-        the local model's first-token bans; a server offers no such control, so they are not sent
+        the local model's first-token bans, and `apart` its evidence evaluated apart; a server offers
+        no such control, so they are not sent
         (the turn engine still keeps a second attempt's calls out of the reply). `must_call` asks
         for a call with `tool_choice: "required"`, or, as a tool's name, for that tool's call."""
         body: dict = {"model": "parlour", "messages": [_wire(m) for m in messages], "max_tokens": max_tokens,
@@ -236,7 +237,7 @@ class RemoteLanguageModel:
     # The server's cache is not Parlour's to fill or trim (`warms` is false): nothing to do.
     def prefill(self, messages: list[Message], tools: list[dict] | None = None,
                 stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False,
-                progress: Callable[[int], None] = lambda evaluated: None) -> int:
+                progress: Callable[[int], None] = lambda evaluated: None, apart: str | None = None) -> int:
         return 0
 
     def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:

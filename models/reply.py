@@ -23,6 +23,12 @@ class ReplyStats:
     evaluated_tokens: int = 0  # prompt tokens the model had to process
     completion_tokens: int = 0
     shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
+    # Evidence evaluated apart from the history (models.llm): of the cached tokens, those placed
+    # after the history at this reply; the tokens the second context evaluated for them at this
+    # reply (the rest while the key was held); and the time both took.
+    placed_tokens: int = 0
+    apart_tokens: int = 0
+    placing_ms: int = 0
     finish_reason: str = ""  # "stop", "length" or "cancelled"
 
 

@@ -292,6 +292,35 @@ def test_discard_keeps_what_the_next_prompt_shares_with_the_guess(llm):
     assert llm._llm.n_tokens == cached  # another history: left as it is
 
 
+def test_evidence_deep_in_a_session_is_evaluated_apart_and_placed_after_the_history(llm):
+    talk = [{"role": "user", "content": "Tell me about the tides. " + "The tides at Galway rise twice a day. " * 120},
+            {"role": "assistant", "content": "They rise twice a day."}]
+    evidence = ("[1] House notes (notes.md)\nThe code for the side gate at Corrib House is 4417. "
+                "The bins go out on Tuesday night.\n\n")
+    question = "What is the code for the side gate?"
+    asked = [SYSTEM, *talk, {"role": "user", "content": evidence + question}]
+    assert llm.count(asked[:-1]) > 1024  # deep enough to be worth it (models.llm.APART_AFTER)
+    llm.prefill(asked[:-1])
+    reply = llm.stream(asked, max_tokens=16, temperature=0, apart=question)
+    answer = reply.text()
+    stats = reply.stats
+    evidence_tokens = llm.count([*asked[:-1], {"role": "user", "content": evidence}]) - llm.count(asked[:-1])
+    assert abs(stats.placed_tokens - evidence_tokens) <= 2 and stats.apart_tokens > stats.placed_tokens
+    assert stats.evaluated_tokens < 20  # the question and the reply's header alone, after the history
+    assert "4417" in answer
+    assert llm.approximate >= stats.placed_tokens  # the placed cells are redone exactly between turns
+    assert llm.prefill([*asked, {"role": "assistant", "content": answer}], exact=True) > stats.placed_tokens
+    assert llm.approximate == 0
+    # A draft's prefill places the evidence while the key is held: the turn evaluates the question alone.
+    llm.discard(asked[:-1])
+    assert llm.prefill([*asked[:-1], {"role": "user", "content": evidence}], apart="") < 16  # the block is held
+    reply = llm.stream(asked, max_tokens=16, temperature=0, apart=question)
+    assert "4417" in reply.text() and reply.stats.placed_tokens == 0 and reply.stats.evaluated_tokens < 20
+    # Behind a short history the evidence is evaluated in place, exactly.
+    shallow = llm.stream([SYSTEM, asked[-1]], max_tokens=16, temperature=0, apart=question)
+    assert "4417" in shallow.text() and shallow.stats.placed_tokens == 0 and llm.approximate == 0
+
+
 # Fitting with the model's own tokenizer ----------------------------------------------------------
 def test_fitting_with_the_models_tokenizer_fits_the_real_prompt(llm):
     messages = research_session(turns=6, research_chars=3000)

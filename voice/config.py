@@ -76,6 +76,8 @@ class Config:
                                         "where measured, refused on AMX CPUs, where it crashes")
     kv_shift: bool = described(True, "when old history leaves the prompt, keep the model's cache of what follows "
                                      "it, shifted, instead of evaluating it again")
+    evidence_apart: bool = described(True, "deep in a session, evaluate a spoken turn's evidence apart from the "
+                                           "history and place it after it (needs kv_shift)")
     temperature: float = described(0.2, "sampling temperature of replies, 0 to 2")
     threads: int = described(help="CPU threads for the engines (default: all cores)",
                              default_factory=lambda: os.cpu_count() or 1)

@@ -42,7 +42,8 @@ def load_llm(config: Config) -> LanguageModel | RemoteLanguageModel:
     `llm_model` when one is given (loaded vocabulary-only) and estimated otherwise."""
     if not config.llm_url:
         return LanguageModel(llm_path(config), context=config.context, threads=config.threads,
-                             kv_shift=config.kv_shift, repack=config.llm_repack)
+                             kv_shift=config.kv_shift, repack=config.llm_repack,
+                             evidence_apart=config.evidence_apart)
     return load_remote_llm(config)
 
 

@@ -46,6 +46,7 @@ class FakeModel:
         self.prompts: list[list[dict]] = []  # every stream's and complete's messages, in order
         self.stream_options: list[dict] = []  # what else each stream was asked (tools, max_tokens, ...)
         self.prefills: list[list[dict]] = []
+        self.prefilled_apart: list[str | None] = []  # each prefill's `apart`
         self.discards: list[tuple[list[dict], int | None]] = []  # (messages, held)
         self._lock = threading.Lock()  # replies run in worker threads
 
@@ -66,7 +67,7 @@ class FakeModel:
     # Generation -------------------------------------------------------------------------------
     def stream(self, messages: list[dict], max_tokens: int = 256, temperature: float = 0.2,
                tools: list[dict] | None = None, open_with_call: bool = True, not_like: str = "",
-               must_call: bool | str = False) -> ReplyStream:
+               must_call: bool | str = False, apart: str | None = None) -> ReplyStream:
         prompt_tokens = self.count(messages, tools)
         if prompt_tokens >= self.context:
             raise ContextOverflow(f"prompt of {prompt_tokens} tokens does not fit the {self.context}-token context")
@@ -74,7 +75,7 @@ class FakeModel:
             self.prompts.append(list(messages))
             self.stream_options.append({"max_tokens": max_tokens, "temperature": temperature, "tools": tools,
                                         "open_with_call": open_with_call, "not_like": not_like,
-                                        "must_call": must_call})
+                                        "must_call": must_call, "apart": apart})
             if not self.replies:
                 raise AssertionError(f"the fake model has no scripted reply left for {messages[-1:]}")
             text = self.replies.popleft()
@@ -109,10 +110,11 @@ class FakeModel:
     # The cache --------------------------------------------------------------------------------
     def prefill(self, messages: list[dict], tools: list[dict] | None = None,
                 stop: Callable[[], bool] = lambda: False, batch: int = 64, exact: bool = False,
-                progress: Callable[[int], None] = lambda evaluated: None) -> int:
+                progress: Callable[[int], None] = lambda evaluated: None, apart: str | None = None) -> int:
         """A batch is one message here: `stop` is asked before each, `progress` told after each."""
         with self._lock:
             self.prefills.append(list(messages))
+            self.prefilled_apart.append(apart)
         kept = common_prefix(self.cache, messages)
         self.cache = self.cache[:kept]
         evaluated = 0

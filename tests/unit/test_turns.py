@@ -314,6 +314,7 @@ def guessed(model: FakeModel, store: SessionStore, guess: str, asked: str) -> tu
     prefilled, figures = asyncio.run(run())
     assert store.transcript(session_id) == stored  # a guess is never stored
     assert prefilled == [*stored, {"role": "user", "content": guess}]
+    assert model.prefilled_apart == [guess]  # what precedes the settled question may be evaluated apart
     assert figures.preempted_tokens == sum(model.count_message(m) for m in prefilled)
     assert figures.preempted_late_tokens == 0
     return session_id, prefilled, figures
@@ -548,3 +549,14 @@ def test_a_turn_with_the_clients_tools_researches_a_question_and_not_a_command(s
     events = asyncio.run(turn(engine, TurnRequest(question, tools=[light])))
     assert [event for event in events if isinstance(event, Researched)]
     assert "Breaker: 9" in store.transcript(question)[3]["content"]
+
+
+def test_a_spoken_questions_evidence_may_be_evaluated_apart_and_a_typed_ones_is_not(store, evaluation_knowledge):
+    question = "Which breaker is the electric shower on?"
+    model = FakeModel(["Breaker 9.", "Breaker 9."])
+    engine = TurnEngine(model, store, Research("auto", evaluation_knowledge), context=4096, reply_tokens=64)
+    for spoken in (True, False):
+        asyncio.run(turn(engine, TurnRequest(session_with(store, exchanges=0, question=question), spoken=spoken)))
+    assert [options["apart"] for options in model.stream_options] == [question, None]
+    read = model.prompts[0][-1]["content"]  # the evidence, then the question (evidence_first)
+    assert "Breaker: 9" in read and read.endswith(question)

@@ -261,10 +261,14 @@ class TurnEngine:
             # client's that says so): shown them, the model answers "and turn it off again" in words.
             prompt = result.messages if request.earlier_calls and not toolbox or not client else \
                 without_earlier_commands(result.messages, {SEARCH_TOOL["function"]["name"]})
+            # A spoken question's evidence, read before it (evidence_first), may be evaluated apart
+            # from the history, as its drafts' prefills did (voice.turns.preemption).
+            apart = question if researched and request.spoken and attempt == 0 and prompt[-1]["role"] == "user" \
+                else None
             # Rendering and tokenizing the prompt is blocking work too: a worker thread does it.
             reply = await asyncio.to_thread(
                 self.llm.stream, prompt, request.max_tokens or self.prompt.reply_tokens, temperature, offered.native,
-                open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call)
+                open_with_call=attempt == 0 and not after_results, not_like=unused, must_call=must_call, apart=apart)
             # With tools offered, anything that may begin a call is held back rather than spoken;
             # on the second attempt a search is not run again, only kept out of the reply.
             scanner = CallScanner(offered.names, SEARCH_IN_WORDS if ask_model else None,

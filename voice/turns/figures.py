@@ -55,6 +55,11 @@ class TurnFigures:
     cached_tokens: int | None = None
     evaluated_tokens: int | None = None
     shifted_tokens: int | None = None
+    # evidence evaluated apart from the history (models.llm): of the cached tokens, those placed at
+    # the reply; the tokens evaluated apart for them after release; the time both took
+    placed_tokens: int | None = None
+    apart_tokens: int | None = None
+    placing_ms: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
     tool_calls: int | None = None  # the client's functions the reply called
@@ -82,6 +87,9 @@ class TurnFigures:
         self.prompt_tokens, self.cached_tokens = stats.prompt_tokens, stats.cached_tokens
         self.evaluated_tokens = (self.evaluated_tokens or 0) + stats.evaluated_tokens
         self.shifted_tokens = (self.shifted_tokens or 0) + stats.shifted_tokens
+        if stats.placed_tokens or stats.apart_tokens:
+            self.placed_tokens, self.apart_tokens = stats.placed_tokens, stats.apart_tokens
+            self.placing_ms = stats.placing_ms
         self.completion_tokens, self.finish_reason = stats.completion_tokens, stats.finish_reason
 
     def end(self, status: str) -> None:

@@ -181,7 +181,7 @@ class Preemptions:
             done[0] = evaluated
 
         self.llm.prefill([*history, asked], offer.native, stop=lambda: self._must_stop(guess), batch=GUESS_BATCH,
-                         progress=batch_ended)
+                         progress=batch_ended, apart=guess.question if guess.settled else "")
 
     def _must_stop(self, guess: Guess) -> bool:
         """Between batches (in the worker thread): wait while whisper drafts, then stop if the guess
