@@ -98,6 +98,7 @@ class LanguageModel:
         self.kv_shift = kv_shift and not vocab_only and self._llama_context.can_shift()
         self.evidence_apart = apart and self.kv_shift
         self._blocks: BlockContext | None = None  # made at the first block
+        self._placed = (0, 0)  # the positions of the cells placed last
         self._exact = 0  # how many leading cached tokens were evaluated exactly (not kept by a shift)
         metadata = self._llm.metadata
         source = metadata.get("tokenizer.chat_template")
@@ -293,8 +294,11 @@ class LanguageModel:
             return self._text_tokens(self._render(some, generation_prompt=False, tools=tools))
 
         system, history = rendered(messages[:1]), rendered(messages[:-1])
-        evidence = rendered([*messages[:-1], {**messages[-1], "content": content[:len(content) - len(apart)]}])
-        start, end = len(history), common_prefix(evidence, prompt)
+        # The evidence ends where the message's text goes on: two endings show where that is, with or
+        # without the question after it and the message's closing markup.
+        evidence = content[:len(content) - len(apart)]
+        one, other = (rendered([*messages[:-1], {**messages[-1], "content": evidence + ending}]) for ending in "AZ")
+        start, end = len(history), min(common_prefix(one, other), common_prefix(one, prompt))
         if common_prefix(history, prompt) < start or common_prefix(system, prompt) < len(system) \
                 or start < APART_AFTER or not 0 < end - start <= APART_MOST \
                 or len(system) + end - start > BLOCK_CELLS:
@@ -327,6 +331,7 @@ class LanguageModel:
             return 0
         llm.input_ids[held:end] = prompt[held:end]
         llm.n_tokens = end
+        self._placed = (held, end)
         return end - held
 
     def discard(self, messages: list[Message], tools: list[dict] | None = None, held: int | None = None) -> None:
@@ -564,10 +569,12 @@ class LanguageModel:
                 def evaluated_apart(tokens: int) -> None:
                     stats.apart_tokens = tokens
 
-                stats.placed_tokens = self._place_evidence(prompt, span, lambda: reply.cancelled,
-                                                           progress=evaluated_apart)
+                self._place_evidence(prompt, span, lambda: reply.cancelled, progress=evaluated_apart)
                 stats.placing_ms = round(1000 * (time.perf_counter() - began))
                 kept = max(kept, common_prefix(self._llama_context.cached_tokens(), prompt))
+                placed_from, placed_to = self._placed  # now or by a draft's prefill, and not yet made exact
+                if placed_to == span[2] and self._exact <= placed_from and kept >= placed_to:
+                    stats.placed_tokens = placed_to - placed_from
             reused = min(max(kept, prefix), len(prompt) - 1)
             stats.prompt_tokens, stats.cached_tokens = len(prompt), reused
             stats.evaluated_tokens = len(prompt) - reused

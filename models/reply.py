@@ -24,8 +24,8 @@ class ReplyStats:
     completion_tokens: int = 0
     shifted_tokens: int = 0  # of the cached ones, those kept past a removed span (KV shift)
     # Evidence evaluated apart from the history (models.llm): of the cached tokens, those placed
-    # after the history at this reply; the tokens the second context evaluated for them at this
-    # reply (the rest while the key was held); and the time both took.
+    # after the history (at this reply, or by a draft's prefill before it); the tokens the second
+    # context evaluated for them at this reply; and the time both took at this reply.
     placed_tokens: int = 0
     apart_tokens: int = 0
     placing_ms: int = 0

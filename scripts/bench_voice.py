@@ -20,7 +20,10 @@ The old floor, printed beside it, is what it was before prefill while the key is
 the clip and prefill of everything the turn added (question, research), as if nothing were done
 ahead. Per turn it prints the research's tokens, the tokens the drafts' guesses evaluated before
 release (p: the last guess was the question, x: it was not, and the turn kept what it shared with
-it, -: no guess) and the tokens evaluated at release.
+it, -: no guess) and the tokens evaluated at release; then the evidence placed after the history,
+having been evaluated apart from it behind the system prompt (models.llm: `evidence_apart`, deep in
+a session), the tokens of it evaluated apart after release, and the time that and placing took.
+The floor counts those tokens' prefill behind the system prompt.
 
 Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
 whole passages, so the spoken session starts 3,700 tokens deep and reaches the end of an 8,192-token
@@ -135,6 +138,10 @@ def parlour_turn(client: Client, clip: bytes, max_tokens: int, store) -> dict:
             # Evaluated before release by the drafts' guesses. A guess that was not the question (x)
             # kept only what it shared with the turn's prompt: evidence, most often.
             "ahead": figures.get("preempted_tokens") or 0,
+            # Evidence evaluated apart (models.llm): the tokens placed after the history, those of
+            # them evaluated apart after release, and the time that and placing took.
+            "placed": figures.get("placed_tokens") or 0, "apart": figures.get("apart_tokens") or 0,
+            "placing_ms": figures.get("placing_ms") or 0,
             "first_sentence": first_sentence(transcript), "status": response["status"]}
 
 
@@ -182,6 +189,7 @@ class Floor:
     def __init__(self, llm, stt, tts, filler_text: str):
         self.llm, self.stt, self.tts = llm, stt, tts
         self.filler = llm._tokenize(filler_text)
+        self.apart_ms = self.model_ms(32, 256, 0)[0] / 256  # a token's prefill behind a system prompt
 
     def model_ms(self, depth: int, new: int, decoded: int) -> tuple[float, float]:
         """Prefill of `new` tokens after `depth` cached ones, then `decoded` single-token steps."""
@@ -201,18 +209,22 @@ class Floor:
             llm.n_tokens = depth + new  # the next turn goes on from the filler, not from these steps
         return (prefilled - started) * 1000, (decoded_at - prefilled) * 1000
 
-    def measure(self, clip: bytes, depth: int, new: int, ahead: int, draft: bool, sentence: str) -> dict:
+    def measure(self, clip: bytes, depth: int, new: int, ahead: int, draft: bool, sentence: str,
+                apart: int = 0) -> dict:
         """The turn's floor as work after release: whisper unless a draft made while the key was
         held was the transcript, prefill of the `new` tokens left at release, decode and Piper. The
         old floor counts whisper and, with the `ahead` tokens the prompt read from guesses made
         before release, the prefill of everything the turn added, as if nothing were done while the
-        key was held."""
+        key was held. `apart`: tokens evaluated apart after release, behind the system prompt, at
+        `apart_ms` a token (measured once: moving the filler's cache there and back for each turn
+        would cost more than the bench)."""
         started = time.perf_counter()
         heard = self.stt.transcribe(clip, RATE).text
         stt_ms = (time.perf_counter() - started) * 1000
         decoded = len(self.llm._tokenize(sentence)) or 1
         old_prefill, decode = self.model_ms(depth - ahead, new + ahead, decoded)
         prefill = self.model_ms(depth, new, decoded)[0] if ahead else old_prefill
+        prefill += apart * self.apart_ms
         started = time.perf_counter()
         next(iter(self.tts.synthesize(sentence)))
         tts_ms = (time.perf_counter() - started) * 1000
@@ -274,7 +286,7 @@ def main() -> None:
     if depth:
         print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
     print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'rsrch':>5} "
-          f"{'ahead':>6} {'new':>5} | {'peer':>7} {'prompt':>6} "
+          f"{'ahead':>6} {'new':>5} {'placed':>6} {'apart':>5} {'plc':>5} | {'peer':>7} {'prompt':>6} "
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} {'old':>6} | {'x floor':>7}")
     rows = []
     for n in range(args.turns):
@@ -287,14 +299,16 @@ def main() -> None:
             peer.turn(clip)
         # Of the guesses' tokens, those this prompt read: past the last prompt, within what was cached.
         used = max(0, min(ours["ahead"], ours["cached"] - (rows[-1][0]["prompt"] if rows else 0)))
-        base = floor.measure(clip, ours["cached"], ours["new"], used, ours["draft"], ours["first_sentence"])
+        base = floor.measure(clip, ours["cached"], ours["new"], used, ours["draft"], ours["first_sentence"],
+                             ours["apart"])
         rows.append((ours, theirs, base))
         stt = f"{ours['stt']}{'d' if ours['draft'] else ''}"  # d: a draft made while the key was held
         # Tokens evaluated before release: p, the guess was the question; x, it was not; -, no guess.
         mark = {True: "p", False: "x", None: "-"}[ours["preempted"]]
         ahead = f"{ours['ahead']}{mark}"
         print(f"{n + 1:>4} {ours['first_audio']:>8.0f} {ours['gaps']:>5.0f} {stt:>5} {ours['research_fit']:>4} "
-              f"{ours['prompt']:>6} {ours['cached']:>6} {ours['research']:>5} {ahead:>6} {ours['new']:>5} | "
+              f"{ours['prompt']:>6} {ours['cached']:>6} {ours['research']:>5} {ahead:>6} {ours['new']:>5} "
+              f"{ours['placed']:>6} {ours['apart']:>5} {ours['placing_ms']:>5} | "
               f"{theirs['first_audio']:>7.0f} {theirs['prompt']:>6} {theirs['cached']:>6} | {base['total']:>6.0f} "
               f"{base['stt']:>4.0f} {base['prefill']:>5.0f} {base['decode']:>4.0f} {base['tts']:>4.0f} "
               f"{base['old']:>6.0f} | "
@@ -304,7 +318,7 @@ def main() -> None:
     theirs = [t["first_audio"] for _, t, _ in rows]
     floors = [b["total"] for _, _, b in rows]
     median = statistics.median(ours)
-    print(f" med {median:>8.0f} {statistics.median(o['gaps'] for o, _, _ in rows):>5.0f} {'':>44} | "
+    print(f" med {median:>8.0f} {statistics.median(o['gaps'] for o, _, _ in rows):>5.0f} {'':>62} | "
           f"{statistics.median(theirs):>7.0f} {'':>13} | {statistics.median(floors):>6.0f} {'':>20} "
           f"{statistics.median(b['old'] for _, _, b in rows):>6.0f}")
     summary = {
@@ -322,6 +336,8 @@ def main() -> None:
         "guesses_wrong": sum(o["preempted"] is False for o, _, _ in rows),
         "median_research_tokens": statistics.median(o["research"] for o, _, _ in rows),
         "median_tokens_at_release": statistics.median(o["new"] for o, _, _ in rows),
+        "turns_with_evidence_placed": sum(o["placed"] > 0 for o, _, _ in rows),
+        "median_evaluated_apart_at_release": statistics.median(o["apart"] for o, _, _ in rows),
         "median_old_floor_ms": round(statistics.median(b["old"] for _, _, b in rows)),
         # Word error rate of what was heard at the commit: Parlour (drafts included) and the peer
         # (whisper on the whole clip at the commit), against the questions as written.

@@ -89,12 +89,14 @@ def main() -> None:
     sessions = [] if args.only == "typed" else list(heard_before) or args.voices.split(",")
     sessions += [] if args.only == "spoken" else ["typed"]
     totals: dict[str, list] = {}
+    placed_turns: dict[str, int] = {}  # turns whose evidence was evaluated apart and placed (models.llm)
     for name in sessions:
         print(f"\n{name}")
         rows = totals.setdefault(name, [])
         for base in BASES:  # a session per knowledge base: 46 questions would fill the context
             client = Client(server.url())
             for n, question in enumerate(q for b, q in questions if b == base.name):
+                placed = 0
                 if name == "typed":
                     events = client.ask(question.text, max_tokens=args.reply_tokens)
                     heard, first_audio, reply = question.text, float("nan"), reply_text(events)
@@ -106,18 +108,20 @@ def main() -> None:
                 else:
                     turn = parlour_turn(client, clip(name, question.text, tts), args.reply_tokens,
                                         server.service.store)
-                    heard, first_audio = turn["heard"], turn["first_audio"]
+                    heard, first_audio, placed = turn["heard"], turn["first_audio"], turn["placed"]
                     reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
                     server.idle(timeout=900)  # each spoken turn is timed alone, after the background work
                 rows.append((base.name, question, right(question, reply), domain_misses(question, heard), first_audio))
+                placed_turns[name] = placed_turns.get(name, 0) + bool(placed)
                 audio = f"{first_audio / 1000:5.2f} s" if first_audio == first_audio else "      "
+                audio += f"  placed {placed:>3}" if placed else ""  # its evidence evaluated apart (models.llm)
                 print(f"{base.name[0]}{n + 1:>2} {'right' if rows[-1][2] else 'WRONG'} {audio}  heard: {heard}")
                 print(f"    reply: {' '.join(reply.split())}")
             client.close()
 
     print()
     for name, rows in totals.items():
-        print(summary(name, rows))
+        print(summary(name, rows) + (f", evidence placed in {placed_turns[name]}" if placed_turns.get(name) else ""))
     server.stop()
 
 

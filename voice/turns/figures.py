@@ -55,8 +55,9 @@ class TurnFigures:
     cached_tokens: int | None = None
     evaluated_tokens: int | None = None
     shifted_tokens: int | None = None
-    # evidence evaluated apart from the history (models.llm): of the cached tokens, those placed at
-    # the reply; the tokens evaluated apart for them after release; the time both took
+    # evidence evaluated apart from the history (models.llm): of the cached tokens, those placed
+    # after the history (at the reply or while the key was held); the tokens evaluated apart for
+    # them after release; the time both took after release
     placed_tokens: int | None = None
     apart_tokens: int | None = None
     placing_ms: int | None = None
