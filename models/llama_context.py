@@ -86,7 +86,7 @@ class LlamaContext:
 
 class BlockContext:
     """A second llama.cpp context on a `Llama`'s loaded weights, for evidence evaluated apart from
-    the history: behind a short prefix (the system prompt), where attention is cheap, then handed
+    the history: behind a short prefix (models.llm says which), where attention is cheap, then handed
     to the first context (`LlamaContext.place`). It keeps what it evaluated, so a block that begins
     as the last one did is evaluated from where they part."""
 

@@ -43,10 +43,13 @@ _CALL_MARK = "parlour_tool_name"  # a tool's name, to find where a template writ
 # Evidence evaluated apart (docs/speed.md: Evidence evaluated apart, then placed). Behind a shorter
 # history than APART_AFTER, attention over it adds less than a quarter to an evidence token's cost,
 # and the evidence is evaluated in place, exactly. Blocks longer than APART_MOST (a typed turn's
-# whole passages) are too: the measured ones were spoken evidence, 220 tokens at most.
+# whole passages) are too: the measured ones were spoken evidence, 220 tokens at most. A block is
+# evaluated behind the system prompt and the history's last APART_CONTEXT tokens: behind the system
+# prompt alone, the answers of a spoken session went wrong where the history held a like answer.
 APART_AFTER = 1024
 APART_MOST = 512
-BLOCK_CELLS = 2048  # the second context's: the system prompt and one block
+APART_CONTEXT = 128
+BLOCK_CELLS = 2048  # the second context's: the system prompt, the history's end and one block
 
 
 def _may_open_a_call(piece: str) -> bool:
@@ -301,28 +304,35 @@ class LanguageModel:
         start, end = len(history), min(common_prefix(one, other), common_prefix(one, prompt))
         if common_prefix(history, prompt) < start or common_prefix(system, prompt) < len(system) \
                 or start < APART_AFTER or not 0 < end - start <= APART_MOST \
-                or len(system) + end - start > BLOCK_CELLS:
+                or len(system) + APART_CONTEXT + end - start > BLOCK_CELLS:
             return None
         return len(system), start, end
 
     def _place_evidence(self, prompt: list[int], span: tuple[int, int, int], stop: Callable[[], bool] = lambda: False,
                         batch: int = 512, progress: Callable[[int], None] = lambda evaluated: None) -> int:
         """The evidence at `span` (`_evidence_span`'s) of `prompt`, from what the cache holds of it
-        on: evaluated in the second context behind the system prompt alone (where its first part
-        may be held already: a draft's), and placed after the history. The placed cells are not
-        exact (`approximate`). Between batches it stops once `stop()` is true, and tells
-        `progress` the tokens evaluated. Returns the tokens placed: 0 if stopped or not placed (the
-        cache then ends where it held the prompt). Called holding the model's lock."""
+        on: evaluated in the second context behind the system prompt and the history's last
+        APART_CONTEXT tokens (where its first part may be held already: a draft's), and placed
+        after the history. The placed cells are not
+        exact (`approximate`). What the cache lacks of the history is evaluated first, in place.
+        Between batches it stops once `stop()` is true, and tells `progress` the tokens evaluated
+        apart. Returns the tokens placed: 0 if stopped or not placed (the cache then ends where it
+        held the prompt). Called holding the model's lock."""
         system, start, end = span
         llm = self._llm
         held = common_prefix(self._llama_context.cached_tokens(), prompt)
-        if not start <= held < end:
+        if held >= end:
             return 0
+        if held < start:  # the history's last tokens (a reply's closing markup), evaluated in place first
+            llm.n_tokens = held
+            self._evaluate_from(held, functools.partial(llm.eval, prompt[held:start]))
+            held = start
         if self._blocks is None:
             self._blocks = BlockContext(llm, BLOCK_CELLS)
-        if not self._blocks.evaluate(prompt[:system] + prompt[start:end], stop, batch, progress):
+        behind = prompt[:system] + prompt[max(system, start - APART_CONTEXT):start]
+        if not self._blocks.evaluate(behind + prompt[start:end], stop, batch, progress):
             return 0
-        first, last = system + held - start, system + end - start
+        first, last = len(behind) + held - start, len(behind) + end - start
         block = self._blocks.cells(first, last)
         self._llama_context.remove(held)
         llm.n_tokens = held

@@ -21,9 +21,9 @@ the clip and prefill of everything the turn added (question, research), as if no
 ahead. Per turn it prints the research's tokens, the tokens the drafts' guesses evaluated before
 release (p: the last guess was the question, x: it was not, and the turn kept what it shared with
 it, -: no guess) and the tokens evaluated at release; then the evidence placed after the history,
-having been evaluated apart from it behind the system prompt (models.llm: `evidence_apart`, deep in
-a session), the tokens of it evaluated apart after release, and the time that and placing took.
-The floor counts those tokens' prefill behind the system prompt.
+having been evaluated apart from it behind the system prompt and the history's last tokens
+(models.llm: `evidence_apart`, deep in a session), the tokens of it evaluated apart after release,
+and the time that and placing took. The floor counts those tokens' prefill at that depth.
 
 Before the spoken turns, `--typed` (3) research questions are typed, as text: the text stream keeps
 whole passages, so the spoken session starts 3,700 tokens deep and reaches the end of an 8,192-token
@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.realtime import Client, RunningServer, done
 from harness.voices import PIPER, say
 from models.audio import BYTES_PER_MS, RATE
+from models.llm import APART_AFTER, APART_CONTEXT
 from voice.config import Config
 from voice.engines import load_llm, load_stt, load_tts
 from voice.knowledge.base import KnowledgeBase
@@ -189,7 +190,7 @@ class Floor:
     def __init__(self, llm, stt, tts, filler_text: str):
         self.llm, self.stt, self.tts = llm, stt, tts
         self.filler = llm._tokenize(filler_text)
-        self.apart_ms = self.model_ms(32, 256, 0)[0] / 256  # a token's prefill behind a system prompt
+        self.apart_ms = self.model_ms(32 + APART_CONTEXT, 256, 0)[0] / 256  # a token's prefill where a block's is
 
     def model_ms(self, depth: int, new: int, decoded: int) -> tuple[float, float]:
         """Prefill of `new` tokens after `depth` cached ones, then `decoded` single-token steps."""
@@ -215,7 +216,7 @@ class Floor:
         held was the transcript, prefill of the `new` tokens left at release, decode and Piper. The
         old floor counts whisper and, with the `ahead` tokens the prompt read from guesses made
         before release, the prefill of everything the turn added, as if nothing were done while the
-        key was held. `apart`: tokens evaluated apart after release, behind the system prompt, at
+        key was held. `apart`: tokens evaluated apart after release, near the start of a context, at
         `apart_ms` a token (measured once: moving the filler's cache there and back for each turn
         would cost more than the bench)."""
         started = time.perf_counter()
@@ -285,6 +286,10 @@ def main() -> None:
           f"key let go {args.release_ms} ms after the last word; ms")
     if depth:
         print(f"after {args.typed} typed research turns first, the prompt held {depth} tokens")
+    if getattr(llm, "evidence_apart", False):
+        print(f"evidence is evaluated apart behind the system prompt "
+              f"({llm.count([{'role': 'system', 'content': config.instructions}])} tokens) and the history's last "
+              f"{APART_CONTEXT} once the history holds {APART_AFTER}, and placed after it")
     print(f"{'turn':>4} {'parlour':>8} {'gaps':>5} {'stt':>5} {'r+f':>4} {'prompt':>6} {'cached':>6} {'rsrch':>5} "
           f"{'ahead':>6} {'new':>5} {'placed':>6} {'apart':>5} {'plc':>5} | {'peer':>7} {'prompt':>6} "
           f"{'cached':>6} | {'floor':>6} {'stt':>4} {'pre':>5} {'dec':>4} {'tts':>4} {'old':>6} | {'x floor':>7}")

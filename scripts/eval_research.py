@@ -70,19 +70,23 @@ def main() -> None:
                         help="voice_research_tokens: the bound on a spoken turn's evidence")
     parser.add_argument("--first", type=int, default=0, help="only the first N questions (a shallow session)")
     parser.add_argument("--stt-beam-size", type=int, default=Config.stt_beam_size, help="whisper's beam size")
+    parser.add_argument("--evidence-apart", choices=("on", "off"), default="on" if Config.evidence_apart else "off",
+                        help="evidence_apart: deep in a session, evidence evaluated apart and placed (models.llm)")
     parser.add_argument("--heard", type=Path, help="an earlier run's printout: ask what each voice was heard to say")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="parlour-eval-"))
     config = Config(data_dir=str(work / "data"), llm_model=args.profile, reply_tokens=args.reply_tokens,
-                    temperature=0.0, voice_research_tokens=args.research_tokens, stt_beam_size=args.stt_beam_size)
+                    temperature=0.0, voice_research_tokens=args.research_tokens, stt_beam_size=args.stt_beam_size,
+                    evidence_apart=args.evidence_apart == "on")
     index_bases(KnowledgeBase(config.knowledge_path), work)
     stt, tts = load_stt(config), load_tts(config)
     server = RunningServer(config, load_llm(config), stt, tts)
     server.idle()
     questions = [(base.name, q) for base in BASES for q in base.questions][:args.first or None]
     print(f"{server.service.llm.name}, research {config.research}, spoken evidence up to "
-          f"{config.voice_research_tokens} tokens, whisper beam {config.stt_beam_size}, "
+          f"{config.voice_research_tokens} tokens, whisper beam {config.stt_beam_size}, evidence apart "
+          f"{'on' if config.evidence_apart else 'off'}, "
           f"{len(questions)} questions, a session per voice and knowledge base")
 
     heard_before = transcripts(args.heard) if args.heard else {}
@@ -104,6 +108,7 @@ def main() -> None:
                     heard, first_audio = heard_before[name][f"{base.name[0]}{n + 1}"], float("nan")
                     client.ask(heard, max_tokens=args.reply_tokens, output_modalities=["audio"])
                     reply = server.service.store.transcript(client.session_id)[-1].get("content") or ""
+                    placed = server.service.store.messages(client.session_id)[-1].figures.get("placed_tokens") or 0
                     server.idle(timeout=900)
                 else:
                     turn = parlour_turn(client, clip(name, question.text, tts), args.reply_tokens,
