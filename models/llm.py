@@ -52,6 +52,12 @@ APART_CONTEXT = 128
 BLOCK_CELLS = 2048  # the second context's: the system prompt, the history's end and one block
 
 
+def _behind(prompt: list[int], system: int, start: int) -> list[int]:
+    """What evidence at `start` of `prompt` is evaluated behind, apart: the system prompt (its first
+    `system` tokens) and the history's last APART_CONTEXT tokens."""
+    return prompt[:system] + prompt[max(system, start - APART_CONTEXT):start]
+
+
 def _may_open_a_call(piece: str) -> bool:
     """Whether a token's text may begin a call: white space, an opening, or the start of one ("<")."""
     start = piece.lstrip()
@@ -240,8 +246,10 @@ class LanguageModel:
         begins with them finds them cached (the system prompt at start, a resumed session's
         history). With `exact`, what a shift kept is evaluated again, so the next reply reads an
         exact cache. `apart`, as `stream` takes it ("" for a last message that is all evidence).
-        Between batches of `batch` tokens it stops as soon as `stop()` is true, and tells
-        `progress` the tokens evaluated so far. Returns the tokens evaluated."""
+        Without it, a history deep enough for evidence apart also gets its last tokens evaluated
+        in the second context, where the next turn's evidence will go. Between batches of `batch`
+        tokens it stops as soon as `stop()` is true, and tells `progress` the tokens evaluated so
+        far. Returns the tokens evaluated."""
         prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
         if len(prompt) >= self.context:
             return 0
@@ -281,7 +289,18 @@ class LanguageModel:
                 self._evaluate_from(llm.n_tokens, functools.partial(llm.eval, chunk))
                 evaluated += len(chunk)
                 progress(evaluated)
+            if apart is None and llm.n_tokens == len(prompt) and self.evidence_apart and len(prompt) >= APART_AFTER \
+                    and messages[0].get("role") == "system":
+                system = self._text_tokens(self._render(messages[:1], generation_prompt=False, tools=tools))
+                if common_prefix(system, prompt) == len(system):
+                    self._blocks_context().evaluate(_behind(prompt, len(system), len(prompt)), stop, batch, told)
+                    evaluated += apart_evaluated[0]
             return evaluated
+
+    def _blocks_context(self) -> BlockContext:
+        if self._blocks is None:
+            self._blocks = BlockContext(self._llm, BLOCK_CELLS)
+        return self._blocks
 
     def _evidence_span(self, messages: list[Message], tools: list[dict] | None, apart: str | None,
                        prompt: list[int]) -> tuple[int, int, int] | None:
@@ -313,8 +332,8 @@ class LanguageModel:
         """The evidence at `span` (`_evidence_span`'s) of `prompt`, from what the cache holds of it
         on: evaluated in the second context behind the system prompt and the history's last
         APART_CONTEXT tokens (where its first part may be held already: a draft's), and placed
-        after the history. The placed cells are not
-        exact (`approximate`). What the cache lacks of the history is evaluated first, in place.
+        after the history. The placed cells are not exact (`approximate`). What the cache lacks
+        of the history is evaluated first, in place.
         Between batches it stops once `stop()` is true, and tells `progress` the tokens evaluated
         apart. Returns the tokens placed: 0 if stopped or not placed (the cache then ends where it
         held the prompt). Called holding the model's lock."""
@@ -327,13 +346,11 @@ class LanguageModel:
             llm.n_tokens = held
             self._evaluate_from(held, functools.partial(llm.eval, prompt[held:start]))
             held = start
-        if self._blocks is None:
-            self._blocks = BlockContext(llm, BLOCK_CELLS)
-        behind = prompt[:system] + prompt[max(system, start - APART_CONTEXT):start]
-        if not self._blocks.evaluate(behind + prompt[start:end], stop, batch, progress):
+        behind = _behind(prompt, system, start)
+        if not self._blocks_context().evaluate(behind + prompt[start:end], stop, batch, progress):
             return 0
         first, last = len(behind) + held - start, len(behind) + end - start
-        block = self._blocks.cells(first, last)
+        block = self._blocks_context().cells(first, last)
         self._llama_context.remove(held)
         llm.n_tokens = held
         self._exact = min(self._exact, held)
