@@ -95,11 +95,10 @@ class BlockContext:
 
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = cells, batch, min(batch, llm.context_params.n_ubatch)
-        params.n_seq_max, params.kv_unified = 2, True  # sequence 1 lends a block's cells to `cells`
+        params.n_seq_max, params.kv_unified = 2, True  # sequence 1 carries a block's cells out (`cells`)
         params.n_threads, params.n_threads_batch = llm.context_params.n_threads, llm.context_params.n_threads_batch
         params.flash_attn_type, params.type_k, params.type_v = (llm.context_params.flash_attn_type,
                                                               llm.context_params.type_k, llm.context_params.type_v)
-        self.size = cells
         self._lib = lib
         self._ctx = lib.llama_init_from_model(llm._model.model, params)
         if not self._ctx:
@@ -108,6 +107,7 @@ class BlockContext:
         self._batch = lib.llama_batch_init(batch, 0, 1)
         self._batch_size = batch
         self.tokens: list[int] = []  # what its sequence 0 holds, in order
+        llm._stack.callback(self.close)  # freed when the `Llama` closes, before its weights
 
     def close(self) -> None:
         if self._ctx:
@@ -117,7 +117,7 @@ class BlockContext:
 
     def evaluate(self, tokens: list[int], stop: Callable[[], bool], batch: int,
                  progress: Callable[[int], None]) -> bool:
-        """Hold `tokens` (at most `size`): what they share with what is held is kept, the rest
+        """Hold `tokens` (at most the context's cells): what they share with what is held is kept, the rest
         evaluated `batch` tokens at a time; between batches, stop once `stop()` is true (what was
         evaluated is kept) and tell `progress` how many tokens this call has evaluated. Whether
         all of `tokens` are held."""

@@ -333,10 +333,10 @@ class LanguageModel:
         on: evaluated in the second context behind the system prompt and the history's last
         APART_CONTEXT tokens (where its first part may be held already: a draft's), and placed
         after the history. The placed cells are not exact (`approximate`). What the cache lacks
-        of the history is evaluated first, in place.
-        Between batches it stops once `stop()` is true, and tells `progress` the tokens evaluated
-        apart. Returns the tokens placed: 0 if stopped or not placed (the cache then ends where it
-        held the prompt). Called holding the model's lock."""
+        of the history is evaluated first, in place. Between batches it stops once `stop()` is
+        true, and tells `progress` the tokens evaluated apart. Returns the tokens placed: 0 if
+        stopped or not placed (the cache then ends where it held the prompt). Called holding the
+        model's lock."""
         system, start, end = span
         llm = self._llm
         held = common_prefix(self._llama_context.cached_tokens(), prompt)
@@ -614,7 +614,8 @@ class LanguageModel:
             for approximate in ([True, False] if exact_from is not None else [False]):
                 if not approximate and exact_from is not None:
                     llm.n_tokens = exact_from
-                    stats.shifted_tokens, stats.cached_tokens = 0, min(exact_from, len(prompt) - 1)
+                    stats.shifted_tokens, stats.placed_tokens = 0, 0
+                    stats.cached_tokens = min(exact_from, len(prompt) - 1)
                     stats.evaluated_tokens = len(prompt) - stats.cached_tokens
                 exact = stats.cached_tokens <= self._exact  # evaluated after an exact cache
                 tokens = self._sampled(prompt, temperature, processors, head, call, call_open)

@@ -163,9 +163,11 @@ class TurnEngine:
             finally:
                 self.queue.release()
             self.recent = (self.recent + [figures])[-20:]
-            if self.llm.approximate:  # a shift's cache, read by this reply: make it exact for the next
-                self.upkeep.warm(request.session_id, exact=True)
             stored_reply = await delivery.finish(figures, request.cancel)
+            # A shift's cache or placed evidence, read by this reply: made exact for the next turn,
+            # once the reply is stored whole (the history's end is where the next evidence goes).
+            if self.llm.approximate:
+                self.upkeep.warm(request.session_id, exact=True)
         except BaseException:
             await delivery.keep_delivered(figures)
             raise
