@@ -206,7 +206,9 @@ class LanguageModel:
         with the name and `", "arguments": {` when the tool is named: it writes the rest.
         `apart`: the last message is evidence followed by these words (its question); the evidence
         may be evaluated apart from the history and placed after it."""
-        prompt = self.tokens(messages, tools)
+        text = self.render(messages, tools)
+        prompt = self._text_tokens(text)
+        span = self._evidence_span(messages, tools, apart, text, prompt)
         opening, shape = "", self._call_shape() if tools else None
         if isinstance(must_call, str):
             before, after = (shape.before, shape.after_name) if shape else ('{"name": "', '", "arguments": {')
@@ -224,8 +226,7 @@ class LanguageModel:
         # After a written opening the next token is the call's own: no rule for a first token.
         pieces = self._generate(prompt, min(max_tokens, self.context - len(prompt)), temperature, reply,
                                 open_with_call or bool(opening), avoid, bool(must_call) and not opening,
-                                bool(tools) and not opening, writing, bool(opening),
-                                self._evidence_span(messages, tools, apart, prompt))
+                                bool(tools) and not opening, writing, bool(opening), span)
         return reply.start(itertools.chain([opening], pieces) if opening else pieces)
 
     def _call_openers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -250,7 +251,8 @@ class LanguageModel:
         in the second context, where the next turn's evidence will go. Between batches of `batch`
         tokens it stops as soon as `stop()` is true, and tells `progress` the tokens evaluated so
         far. Returns the tokens evaluated."""
-        prompt = self._text_tokens(self._render(messages, generation_prompt=False, tools=tools))
+        text = self._render(messages, generation_prompt=False, tools=tools)
+        prompt = self._text_tokens(text)
         if len(prompt) >= self.context:
             return 0
         with self._lock:
@@ -265,7 +267,7 @@ class LanguageModel:
             else:
                 kept = max(self._shift_cache(prompt) if self.kv_shift else prefix, prefix)
             llm.n_tokens = min(kept, llm.n_tokens)  # eval drops the cache from here on
-            span = None if exact else self._evidence_span(messages, tools, apart, prompt)
+            span = None if exact else self._evidence_span(messages, tools, apart, text, prompt)
             evaluated, apart_evaluated = 0, [0]
 
             def told(more: int) -> None:  # the tokens the second context has evaluated for the block
@@ -303,26 +305,36 @@ class LanguageModel:
         return self._blocks
 
     def _evidence_span(self, messages: list[Message], tools: list[dict] | None, apart: str | None,
-                       prompt: list[int]) -> tuple[int, int, int] | None:
-        """Where `prompt` (`messages` rendered) holds evidence to evaluate apart: the end of its
-        system prompt (the block's prefix), and the evidence's start and end. None when `apart` is
-        None, evidence apart is off, or the evidence is not worth it or not placeable (see APART_AFTER)."""
+                       text: str, prompt: list[int]) -> tuple[int, int, int] | None:
+        """Where `prompt` (`messages` rendered as `text`, then tokenized) holds evidence to evaluate
+        apart: the end of its system prompt (the block's prefix), and the evidence's start and end.
+        None when `apart` is None, evidence apart is off, or the evidence is not worth it or not
+        placeable (see APART_AFTER). Only the last message's text is tokenized again: the history's
+        would take tens of milliseconds at release."""
         content = messages[-1].get("content") if messages else None
         if apart is None or not self.evidence_apart or len(messages) < 3 or messages[0].get("role") != "system" \
                 or messages[-1].get("role") != "user" or not isinstance(content, str) or not content.endswith(apart):
             return None
 
-        def rendered(some: list[Message]) -> list[int]:
-            return self._text_tokens(self._render(some, generation_prompt=False, tools=tools))
+        def rendered(some: list[Message]) -> str:
+            return self._render(some, generation_prompt=False, tools=tools)
 
-        system, history = rendered(messages[:1]), rendered(messages[:-1])
+        history = rendered(messages[:-1])
         # The evidence ends where the message's text goes on: two endings show where that is, with or
         # without the question after it and the message's closing markup.
         evidence = content[:len(content) - len(apart)]
         one, other = (rendered([*messages[:-1], {**messages[-1], "content": evidence + ending}]) for ending in "AZ")
-        start, end = len(history), min(common_prefix(one, other), common_prefix(one, prompt))
-        if common_prefix(history, prompt) < start or common_prefix(system, prompt) < len(system) \
-                or start < APART_AFTER or not 0 < end - start <= APART_MOST \
+        if not (text.startswith(history) and one.startswith(history) and other.startswith(history)):
+            return None
+        # The last message, tokenized alone, is the prompt's end where the history ends at a token's edge.
+        last = self._tokenize(text[len(history):])
+        start = len(prompt) - len(last)
+        if start < 0 or prompt[start:] != last:
+            return None
+        one_tokens, other_tokens = (self._tokenize(rendering[len(history):]) for rendering in (one, other))
+        end = start + min(common_prefix(one_tokens, other_tokens), common_prefix(one_tokens, last))
+        system = self._text_tokens(rendered(messages[:1]))
+        if common_prefix(system, prompt) < len(system) or start < APART_AFTER or not 0 < end - start <= APART_MOST \
                 or len(system) + APART_CONTEXT + end - start > BLOCK_CELLS:
             return None
         return len(system), start, end
